@@ -1,0 +1,2 @@
+-- OWNER: issue 2. Base schema of the outbox.
+SELECT 1;

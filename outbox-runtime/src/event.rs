@@ -1,0 +1,75 @@
+//! What an event type is: a named, versioned payload contract that can only be written inside a
+//! database transaction.
+//!
+//! Implemented by `#[derive(Event)]`; see the crate README for the attributes.
+
+use crate::contract::Contract;
+use crate::store::EnqueueOptions;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+/// A versioned event payload. Implemented by `#[derive(Event)]`.
+///
+/// An older version of an event is a separate type whose [`Event::Current`] is the newest type
+/// and whose [`Event::into_current`] upcasts through `From` impls, so handlers only ever see the
+/// current type.
+pub trait Event: Serialize + DeserializeOwned + Send + Sync + 'static {
+    /// Stable event name stored in `event_type` (for example `order_confirmed`).
+    const NAME: &'static str;
+    /// Payload version, >= 1, stored in `event_version`.
+    const VERSION: u32;
+    /// The outbox table this event is written to (validated as a safe SQL identifier).
+    const TABLE: &'static str;
+    /// Aggregate type stored with each event when the type has an aggregate id field.
+    const AGGREGATE_TYPE: Option<&'static str>;
+
+    /// The newest version of this event; `Self` for the current version.
+    type Current: Event;
+
+    /// Upcast this payload to the current version (identity for the current version).
+    fn into_current(self) -> Self::Current;
+
+    /// The aggregate id of this event, when one field is marked `#[outbox(aggregate_id)]`.
+    fn aggregate_id(&self) -> Option<String>;
+
+    /// The aggregate version, when one field is marked `#[outbox(aggregate_version)]`.
+    fn aggregate_version(&self) -> Option<i64>;
+
+    /// The contract (name, version, shape) of this payload.
+    fn contract() -> Contract;
+
+    /// Write this event inside `tx`, under `operation_key`, and return its event id.
+    ///
+    /// Only a transaction is accepted, so the event commits or rolls back with the business
+    /// change. Reusing a key with the same payload returns the existing id and writes nothing;
+    /// with a different payload it returns [`crate::Error::OperationKeyReused`] and leaves `tx`
+    /// usable.
+    fn enqueue<'t>(
+        &self,
+        tx: &mut Transaction<'t, Postgres>,
+        operation_key: &str,
+    ) -> impl std::future::Future<Output = crate::error::Result<Uuid>> + Send
+    where
+        Self: Sized,
+    {
+        async move {
+            crate::store::enqueue::enqueue_event(tx, self, operation_key, &EnqueueOptions::default())
+                .await
+        }
+    }
+
+    /// [`Event::enqueue`] with explicit options (wake-up notification, limits, delay).
+    fn enqueue_with<'t>(
+        &self,
+        tx: &mut Transaction<'t, Postgres>,
+        operation_key: &str,
+        options: &EnqueueOptions,
+    ) -> impl std::future::Future<Output = crate::error::Result<Uuid>> + Send
+    where
+        Self: Sized,
+    {
+        crate::store::enqueue::enqueue_event(tx, self, operation_key, options)
+    }
+}

@@ -1,0 +1,37 @@
+//! Where a worker sends claimed events: the [`crate::Dispatcher`] (typed handlers), a broker
+//! publisher, an HTTP publisher, or anything else implementing [`Sink`].
+
+use futures::future::BoxFuture;
+
+use crate::delivery::{Delivery, HandlerError};
+use crate::store::ClaimedEvent;
+
+/// A destination for claimed events. The worker calls it with no transaction open.
+pub trait Sink: Send + Sync + 'static {
+    /// Deliver one event. `Ok` means the receiver accepted it and the event may be completed.
+    fn deliver<'a>(
+        &'a self,
+        event: &'a ClaimedEvent,
+        delivery: &'a Delivery,
+    ) -> BoxFuture<'a, Result<(), HandlerError>>;
+
+    /// The largest batch [`Sink::deliver_batch`] accepts; 1 (the default) means no batch API.
+    fn max_batch(&self) -> usize {
+        1
+    }
+
+    /// Deliver several events in one call to a receiver's batch API. Returns one result per
+    /// item, in order: only the items the receiver accepted count as delivered.
+    fn deliver_batch<'a>(
+        &'a self,
+        items: &'a [(ClaimedEvent, Delivery)],
+    ) -> BoxFuture<'a, Vec<Result<(), HandlerError>>> {
+        Box::pin(async move {
+            let mut results = Vec::with_capacity(items.len());
+            for (event, delivery) in items {
+                results.push(self.deliver(event, delivery).await);
+            }
+            results
+        })
+    }
+}

@@ -1,0 +1,1 @@
+//! The worker: claimer, renewer, completer, maintenance and listener. OWNER: issue 4.

@@ -1,0 +1,1 @@
+//! Unpublished package owning the examples and integration tests of the outbox workspace.
