@@ -13,12 +13,17 @@
 //! - [`migrate()`]: the embedded base schema.
 #![warn(missing_docs)]
 
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod contract;
 pub mod delivery;
 pub mod dispatcher;
 pub mod error;
 pub mod event;
+pub mod generate;
+pub mod inbox;
 pub mod migrate;
+pub mod publish;
 pub mod sink;
 pub mod store;
 pub mod worker;

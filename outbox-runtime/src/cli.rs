@@ -1,0 +1,1 @@
+//! The `outbox` operator command, embedded in a service's binary. OWNER: issue 5.

@@ -1,0 +1,1 @@
+//! Migrations and the contract lock generated from the event definitions. OWNER: issue 5.

@@ -1,0 +1,1 @@
+//! The consumer-side inbox: apply a received event at most once. OWNER: issue 6.
