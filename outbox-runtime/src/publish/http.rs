@@ -1,0 +1,545 @@
+//! A [`Sink`] that `POST`s events to an HTTP receiver.
+//!
+//! # One event per request (the default)
+//!
+//! The body is the event's [`Envelope`] as JSON; the headers are `Idempotency-Key` (the event
+//! id, the same on every attempt) and the metadata of [`super::metadata_headers`]. The answer
+//! decides what happens to the event:
+//!
+//! | response | outcome |
+//! | --- | --- |
+//! | 2xx, or a status in [`HttpConfig::delivered_statuses`] (default `409 Conflict`, which receivers use for "this key was already processed") | delivered |
+//! | 408, 425, 429, 5xx; a timeout; a refused or broken connection | retry, after `Retry-After` when the receiver sent one |
+//! | any other 4xx | permanent: the event is exhausted, the start of the response body (at most [`HttpConfig::max_reason_bytes`]) is the reason |
+//! | 1xx, 3xx (redirects are not followed: a `POST` must reach the configured URL) | permanent |
+//!
+//! `Retry-After` is read in both of its forms: delay-seconds, and an HTTP date, which is measured
+//! against the response's own `Date` header (the receiver's clock; this process never reads its
+//! own). A date without a `Date` header is ignored and the worker's backoff applies. Delays are
+//! capped at [`HttpConfig::max_retry_after`].
+//!
+//! A timeout is not proof that the receiver did nothing: it may have applied the event and lost
+//! the response. The retry carries the same `Idempotency-Key`, so a receiver that records keys
+//! (for example with [`crate::inbox::apply_once`]) applies the event once.
+//!
+//! # Batch mode ([`HttpConfig::batch`])
+//!
+//! The body is a JSON array of envelopes (each one's `id` is its idempotency key), and the
+//! receiver answers `2xx` with one result per item, matched by id:
+//!
+//! ```json
+//! {"results": [
+//!   {"id": "7c0e…", "status": 200},
+//!   {"id": "9a41…", "status": 503, "retry_after": 30},
+//!   {"id": "1f2d…", "status": 422, "error": "unknown sku"}
+//! ]}
+//! ```
+//!
+//! Each item's `status` is read like a single response's status (`retry_after` in seconds is
+//! optional, `error` becomes the reason). Only the items with a delivered status count as
+//! delivered: an item missing from the results, or a `2xx` body that is not such a document,
+//! is retried. A non-2xx answer to the whole request applies to every item.
+
+use std::time::Duration;
+
+use chrono::DateTime;
+use futures::future::BoxFuture;
+use reqwest::StatusCode;
+use reqwest::header::{CONTENT_TYPE, DATE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::{Envelope, IDEMPOTENCY_KEY, bounded_text, metadata_headers};
+use crate::delivery::{Delivery, HandlerError};
+use crate::error::{Error, Result};
+use crate::sink::Sink;
+use crate::store::ClaimedEvent;
+
+/// The largest batch response body read (a result per item is small; this bounds a receiver
+/// that answers with something else).
+const MAX_BATCH_RESPONSE_BYTES: usize = 1024 * 1024;
+
+/// Settings of an [`HttpPublisher`]. The defaults suit a receiver on a local network.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// The whole request's deadline, from connecting to the last byte of the response
+    /// (default 10 s). Must be shorter than the worker's lease ([`HttpPublisher::check_lease`]).
+    pub timeout: Duration,
+    /// Statuses besides 2xx that mean delivered (default `[409]`: the receiver already
+    /// processed this idempotency key).
+    pub delivered_statuses: Vec<u16>,
+    /// How much of an error body is kept as a permanent failure's reason (default 2 KiB).
+    pub max_reason_bytes: usize,
+    /// The longest `Retry-After` honoured (default 1 hour); longer requests are cut to it.
+    pub max_retry_after: Duration,
+    /// `Some(n)`: batch mode, up to `n` events per request (see the [module docs](self)).
+    /// `None` (the default): one event per request.
+    pub batch: Option<usize>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            timeout: Duration::from_secs(10),
+            delivered_statuses: vec![StatusCode::CONFLICT.as_u16()],
+            max_reason_bytes: 2048,
+            max_retry_after: Duration::from_secs(3600),
+            batch: None,
+        }
+    }
+}
+
+/// `POST`s claimed events to one URL; see the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct HttpPublisher {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    /// The URL without credentials or query, safe to put in a stored failure reason.
+    shown_url: String,
+    config: HttpConfig,
+}
+
+/// One item of a batch receiver's answer (see the [module docs](self)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchItemResult {
+    /// The event id of the item.
+    pub id: Uuid,
+    /// An HTTP status code for this item, read like a single response's status.
+    pub status: u16,
+    /// Seconds to wait before retrying this item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<u64>,
+    /// Why the item was not accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A batch receiver's answer (see the [module docs](self)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchResponse {
+    /// One result per item of the request.
+    pub results: Vec<BatchItemResult>,
+}
+
+impl HttpPublisher {
+    /// A publisher to `url` with a client of its own (no redirects followed).
+    pub fn new(url: &str, config: HttpConfig) -> Result<HttpPublisher> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| Error::Config(format!("cannot build the HTTP client: {e}")))?;
+        HttpPublisher::with_client(client, url, config)
+    }
+
+    /// A publisher to `url` using `client` (for proxies, TLS or connection pool settings).
+    /// [`HttpConfig::timeout`] is applied to every request whatever the client's own timeout.
+    pub fn with_client(
+        client: reqwest::Client,
+        url: &str,
+        config: HttpConfig,
+    ) -> Result<HttpPublisher> {
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| Error::Config(format!("`{url}` is not a valid receiver URL: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+            return Err(Error::Config(format!(
+                "`{url}` is not an http:// or https:// URL with a host"
+            )));
+        }
+        if config.timeout.is_zero() {
+            return Err(Error::Config(
+                "HttpConfig::timeout must be greater than zero".into(),
+            ));
+        }
+        if config.batch == Some(0) {
+            return Err(Error::Config(
+                "HttpConfig::batch must be at least 1 (or None for one event per request)".into(),
+            ));
+        }
+        let shown_url = format!(
+            "{}://{}{}",
+            parsed.scheme(),
+            parsed.host_str().unwrap_or_default(),
+            parsed.port().map(|p| format!(":{p}")).unwrap_or_default()
+        ) + parsed.path();
+        Ok(HttpPublisher {
+            client,
+            url: parsed,
+            shown_url,
+            config,
+        })
+    }
+
+    /// The receiver URL.
+    pub fn url(&self) -> &reqwest::Url {
+        &self.url
+    }
+
+    /// The settings of this publisher.
+    pub fn config(&self) -> &HttpConfig {
+        &self.config
+    }
+
+    /// Check at start-up that a request's deadline fits in the worker's lease. A request still
+    /// running when the lease ends may be sent again by another worker meanwhile, and the
+    /// late answer could not be recorded.
+    pub fn check_lease(&self, lease: Duration) -> Result<()> {
+        if self.config.timeout >= lease {
+            return Err(Error::Config(format!(
+                "the HTTP request timeout ({:?}) for {} must be shorter than the worker's lease ({lease:?}); \
+                 lower HttpConfig::timeout or lengthen the lease",
+                self.config.timeout, self.shown_url
+            )));
+        }
+        Ok(())
+    }
+
+    async fn post_one(
+        &self,
+        event: &ClaimedEvent,
+        delivery: &Delivery,
+    ) -> Result<(), HandlerError> {
+        let mut headers = metadata_headers(event, delivery);
+        headers.push((IDEMPOTENCY_KEY.to_owned(), delivery.idempotency_key()));
+        let headers = to_header_map(headers);
+        let mut response = self.send(headers, &Envelope::of(event)).await?;
+        let status = response.status();
+        let retry_after = retry_after(response.headers(), self.config.max_retry_after);
+        if self.is_delivered(status.as_u16()) {
+            return Ok(());
+        }
+        let (body, truncated) = read_bounded(&mut response, self.config.max_reason_bytes).await;
+        let body = bounded_text(&body, self.config.max_reason_bytes, truncated);
+        Err(self.failure(status.as_u16(), retry_after, &body))
+    }
+
+    async fn post_batch(
+        &self,
+        items: &[(&ClaimedEvent, &Delivery)],
+    ) -> Vec<Result<(), HandlerError>> {
+        let envelopes: Vec<Envelope> = items.iter().map(|(event, _)| Envelope::of(event)).collect();
+        let every = |outcome: Result<(), HandlerError>| vec![outcome; items.len()];
+        let mut response = match self.send(HeaderMap::new(), &envelopes).await {
+            Ok(response) => response,
+            Err(e) => return every(Err(e)),
+        };
+        let status = response.status().as_u16();
+        let retry_after = retry_after(response.headers(), self.config.max_retry_after);
+        let success = (200..300).contains(&status);
+        let limit = if success {
+            MAX_BATCH_RESPONSE_BYTES
+        } else {
+            self.config.max_reason_bytes
+        };
+        let (body, truncated) = read_bounded(&mut response, limit).await;
+        if !success {
+            if self.is_delivered(status) {
+                return every(Ok(()));
+            }
+            let body = bounded_text(&body, limit, truncated);
+            return every(Err(self.failure(status, retry_after, &body)));
+        }
+        let parsed: BatchResponse = match serde_json::from_slice(&body) {
+            Ok(parsed) if !truncated => parsed,
+            Ok(_) => {
+                return every(Err(HandlerError::retry(format!(
+                    "batch response from {} is over {MAX_BATCH_RESPONSE_BYTES} bytes; not read",
+                    self.shown_url
+                ))));
+            }
+            Err(e) => {
+                return every(Err(HandlerError::retry(format!(
+                    "batch response from {} (HTTP {status}) is not a {{\"results\": [...]}} document: {e}",
+                    self.shown_url
+                ))));
+            }
+        };
+        items
+            .iter()
+            .map(
+                |(event, _)| match parsed.results.iter().find(|r| r.id == event.event_id) {
+                    None => Err(HandlerError::retry(format!(
+                        "batch response from {} has no result for this event",
+                        self.shown_url
+                    ))),
+                    Some(item) if self.is_delivered(item.status) => Ok(()),
+                    Some(item) => {
+                        let after = item
+                            .retry_after
+                            .map(|s| Duration::from_secs(s).min(self.config.max_retry_after))
+                            .or(retry_after);
+                        let reason = item.error.as_deref().unwrap_or("");
+                        let reason =
+                            bounded_text(reason.as_bytes(), self.config.max_reason_bytes, false);
+                        Err(self.failure(item.status, after, &reason))
+                    }
+                },
+            )
+            .collect()
+    }
+
+    async fn send<B: Serialize + ?Sized>(
+        &self,
+        mut headers: HeaderMap,
+        body: &B,
+    ) -> Result<reqwest::Response, HandlerError> {
+        let body = serde_json::to_vec(body).map_err(|e| {
+            HandlerError::permanent(format!("event cannot be encoded as JSON: {e}"))
+        })?;
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        self.client
+            .post(self.url.clone())
+            .timeout(self.config.timeout)
+            .headers(headers)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| self.transport_failure(&e))
+    }
+
+    fn is_delivered(&self, status: u16) -> bool {
+        (200..300).contains(&status) || self.config.delivered_statuses.contains(&status)
+    }
+
+    /// The outcome of a status that is not delivered.
+    fn failure(&self, status: u16, retry_after: Option<Duration>, body: &str) -> HandlerError {
+        let shown = StatusCode::from_u16(status)
+            .map(|s| s.to_string())
+            .unwrap_or_else(|_| status.to_string());
+        let reason = if body.trim().is_empty() {
+            format!("HTTP {shown} from {}", self.shown_url)
+        } else {
+            format!("HTTP {shown} from {}: {}", self.shown_url, body.trim())
+        };
+        match status {
+            408 | 425 | 429 | 500..=599 => match retry_after {
+                Some(after) => HandlerError::retry_after(reason, after),
+                None => HandlerError::retry(reason),
+            },
+            300..=399 => HandlerError::permanent(format!(
+                "{reason} (redirects are not followed; configure the receiver's final URL)"
+            )),
+            _ => HandlerError::permanent(reason),
+        }
+    }
+
+    fn transport_failure(&self, e: &reqwest::Error) -> HandlerError {
+        let detail = error_chain(e);
+        if e.is_timeout() {
+            HandlerError::retry(format!(
+                "no response from {} within {:?}; the receiver may have applied the event, \
+                 and the retry sends the same Idempotency-Key ({detail})",
+                self.shown_url, self.config.timeout
+            ))
+        } else if e.is_connect() {
+            HandlerError::retry(format!("cannot connect to {}: {detail}", self.shown_url))
+        } else {
+            HandlerError::retry(format!("request to {} failed: {detail}", self.shown_url))
+        }
+    }
+}
+
+impl Sink for HttpPublisher {
+    fn deliver<'a>(
+        &'a self,
+        event: &'a ClaimedEvent,
+        delivery: &'a Delivery,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            if self.config.batch.is_some() {
+                // A batch receiver only understands arrays: send a batch of one.
+                let mut results = self.post_batch(&[(event, delivery)]).await;
+                results
+                    .pop()
+                    .unwrap_or_else(|| Err(HandlerError::retry("empty batch result")))
+            } else {
+                self.post_one(event, delivery).await
+            }
+        })
+    }
+
+    fn max_batch(&self) -> usize {
+        self.config.batch.unwrap_or(1)
+    }
+
+    fn deliver_batch<'a>(
+        &'a self,
+        items: &'a [(ClaimedEvent, Delivery)],
+    ) -> BoxFuture<'a, Vec<Result<(), HandlerError>>> {
+        Box::pin(async move {
+            let refs: Vec<(&ClaimedEvent, &Delivery)> = items.iter().map(|(e, d)| (e, d)).collect();
+            match self.config.batch {
+                Some(max) => {
+                    let mut results = Vec::with_capacity(items.len());
+                    for chunk in refs.chunks(max) {
+                        results.extend(self.post_batch(chunk).await);
+                    }
+                    results
+                }
+                None => {
+                    let mut results = Vec::with_capacity(items.len());
+                    for (event, delivery) in refs {
+                        results.push(self.post_one(event, delivery).await);
+                    }
+                    results
+                }
+            }
+        })
+    }
+}
+
+fn to_header_map(headers: Vec<(String, String)>) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(headers.len() + 2);
+    for (name, value) in headers {
+        // `metadata_headers` only yields valid names and values; skip rather than fail if not.
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            map.insert(name, value);
+        }
+    }
+    map
+}
+
+/// The delay a `Retry-After` header asks for, capped at `max`.
+fn retry_after(headers: &HeaderMap, max: Duration) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    let delay = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        Duration::from_secs(value.parse::<u64>().unwrap_or(u64::MAX))
+    } else {
+        // An HTTP date, measured against the receiver's own `Date` header.
+        let until = DateTime::parse_from_rfc2822(value).ok()?;
+        let date = headers.get(DATE)?.to_str().ok()?;
+        let now = DateTime::parse_from_rfc2822(date.trim()).ok()?;
+        (until - now).to_std().unwrap_or(Duration::ZERO)
+    };
+    Some(delay.min(max))
+}
+
+/// Read at most `limit` bytes of the body (a bit more from the last chunk is dropped); the flag
+/// says whether more was left. A body that breaks off is kept as far as it came.
+async fn read_bounded(response: &mut reqwest::Response, limit: usize) -> (Vec<u8>, bool) {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        body.extend_from_slice(&chunk);
+        if body.len() > limit {
+            body.truncate(limit);
+            return (body, true);
+        }
+    }
+    (body, false)
+}
+
+/// `e` and its sources, joined: reqwest's top-level message alone often says only
+/// "error sending request".
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn publisher() -> HttpPublisher {
+        HttpPublisher::new(
+            "http://user:secret@127.0.0.1:9/hook?token=x",
+            HttpConfig::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn statuses_map_to_outcomes() {
+        let p = publisher();
+        assert!(p.is_delivered(200) && p.is_delivered(204) && p.is_delivered(409));
+        assert!(!p.is_delivered(400) && !p.is_delivered(500));
+        let e = p.failure(503, Some(Duration::from_secs(7)), "busy");
+        assert_eq!(
+            e.kind,
+            crate::delivery::FailureKind::Retry {
+                after: Some(Duration::from_secs(7))
+            }
+        );
+        assert_eq!(
+            e.message,
+            "HTTP 503 Service Unavailable from http://127.0.0.1:9/hook: busy"
+        );
+        assert!(!p.failure(429, None, "").is_permanent());
+        assert!(!p.failure(408, None, "").is_permanent());
+        assert!(p.failure(400, None, "bad").is_permanent());
+        assert!(p.failure(422, None, "").is_permanent());
+        assert!(p.failure(302, None, "").is_permanent());
+    }
+
+    #[test]
+    fn reason_never_shows_credentials_or_query() {
+        let e = publisher().failure(400, None, "no");
+        assert!(
+            !e.message.contains("secret") && !e.message.contains("token"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates_against_the_date_header() {
+        let max = Duration::from_secs(3600);
+        let mut h = HeaderMap::new();
+        assert_eq!(retry_after(&h, max), None);
+        h.insert(RETRY_AFTER, HeaderValue::from_static("120"));
+        assert_eq!(retry_after(&h, max), Some(Duration::from_secs(120)));
+        h.insert(RETRY_AFTER, HeaderValue::from_static("999999"));
+        assert_eq!(retry_after(&h, max), Some(max));
+        h.insert(
+            RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:30 GMT"),
+        );
+        assert_eq!(
+            retry_after(&h, max),
+            None,
+            "a date needs the response's Date to measure against"
+        );
+        h.insert(
+            DATE,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(retry_after(&h, max), Some(Duration::from_secs(30)));
+        h.insert(RETRY_AFTER, HeaderValue::from_static("soon"));
+        assert_eq!(retry_after(&h, max), None);
+    }
+
+    #[test]
+    fn lease_must_outlast_the_request_timeout() {
+        let p = publisher();
+        assert!(p.check_lease(Duration::from_secs(30)).is_ok());
+        let err = p
+            .check_lease(Duration::from_secs(10))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("must be shorter than the worker's lease"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_configuration_is_rejected() {
+        assert!(HttpPublisher::new("ftp://127.0.0.1/x", HttpConfig::default()).is_err());
+        assert!(HttpPublisher::new("not a url", HttpConfig::default()).is_err());
+        let batch0 = HttpConfig {
+            batch: Some(0),
+            ..HttpConfig::default()
+        };
+        assert!(HttpPublisher::new("http://127.0.0.1/x", batch0).is_err());
+    }
+}
