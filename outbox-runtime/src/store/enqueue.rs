@@ -1,10 +1,25 @@
-//! The transactional write of an event. OWNER: issue 2.
+//! The transactional write of an event: the only way an event gets into an outbox table.
+//!
+//! The event id is a UUID v5 of the table and the operation key, so it is the same for every
+//! retry of the business command and every delivery; receivers deduplicate on it. The payload
+//! fingerprint (SHA-256 of type, version and serialized payload) tells an idempotent repeat from
+//! a key reused for something else.
 
-use sqlx::{Postgres, Transaction};
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
+use sqlx::types::Json;
+use sqlx::{Postgres, Row, Transaction};
 use uuid::Uuid;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::event::Event;
+use crate::store::sql;
+
+/// Namespace of the v5 event ids (a fixed, random UUID chosen for this crate; never change it,
+/// or the ids of retried commands stop matching the ids already delivered).
+pub const EVENT_ID_NAMESPACE: Uuid = Uuid::from_u128(0x6f1c_2a9e_5b3d_4c8f_9e07_d1a4_b2c6_e835);
 
 /// Options of one enqueue.
 #[derive(Debug, Clone)]
@@ -18,6 +33,8 @@ pub struct EnqueueOptions {
     pub max_attempts: i32,
     /// Extra headers (a JSON object) stored with the event.
     pub headers: Option<serde_json::Value>,
+    /// Make the event claimable only this long after the database's `now()` (default zero).
+    pub delay: Duration,
 }
 
 impl Default for EnqueueOptions {
@@ -27,17 +44,129 @@ impl Default for EnqueueOptions {
             max_payload_bytes: 256 * 1024,
             max_attempts: 10,
             headers: None,
+            delay: Duration::ZERO,
         }
     }
 }
 
+/// The event id of the intention named by `operation_key` in `table`.
+pub fn event_id_for(table: &str, operation_key: &str) -> Uuid {
+    Uuid::new_v5(
+        &EVENT_ID_NAMESPACE,
+        format!("{table}/{operation_key}").as_bytes(),
+    )
+}
+
+/// SHA-256 over event type, version and the serialized payload, each length-delimited so that
+/// no two different triples hash the same input.
+pub fn payload_fingerprint(event_type: &str, event_version: u32, payload: &[u8]) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    hash.update((event_type.len() as u64).to_be_bytes());
+    hash.update(event_type.as_bytes());
+    hash.update(event_version.to_be_bytes());
+    hash.update(payload);
+    hash.finalize().into()
+}
+
 /// Write `event` in `tx` under `operation_key`. Used by [`Event::enqueue`].
+///
+/// One round trip in the common case. Same key and same payload: the existing event id comes
+/// back and nothing is written. Same key, different payload: [`Error::OperationKeyReused`], and
+/// `tx` is still usable (the statement never raises a unique violation).
 pub async fn enqueue_event<E: Event>(
     tx: &mut Transaction<'_, Postgres>,
     event: &E,
     operation_key: &str,
     options: &EnqueueOptions,
 ) -> Result<Uuid> {
-    let _ = (tx, event, operation_key, options);
-    todo!("issue 2")
+    let statements = sql::statements(E::TABLE)?;
+    let payload = serde_json::to_string(event).map_err(|source| Error::Serialize {
+        event_type: E::NAME.to_owned(),
+        source,
+    })?;
+    if payload.len() > options.max_payload_bytes {
+        return Err(Error::PayloadTooLarge {
+            event_type: E::NAME.to_owned(),
+            size: payload.len(),
+            limit: options.max_payload_bytes,
+        });
+    }
+    let max_attempts = options.max_attempts;
+    if max_attempts < 1 {
+        return Err(Error::Config(format!(
+            "EnqueueOptions::max_attempts is {max_attempts}; it must be at least 1"
+        )));
+    }
+    let fingerprint = payload_fingerprint(E::NAME, E::VERSION, payload.as_bytes());
+    let event_id = event_id_for(E::TABLE, operation_key);
+    let aggregate_id = event.aggregate_id();
+    // Per-aggregate ordering compares (aggregate_type, aggregate_id); an event with an
+    // aggregate id but no declared aggregate type is grouped under its event name.
+    let aggregate_type = aggregate_id
+        .as_ref()
+        .map(|_| E::AGGREGATE_TYPE.unwrap_or(E::NAME));
+    let version = i32::try_from(E::VERSION).map_err(|_| {
+        Error::Config(format!(
+            "event `{}` version {} does not fit an int",
+            E::NAME,
+            E::VERSION
+        ))
+    })?;
+    let payload = RawValue::from_string(payload).map_err(|source| Error::Serialize {
+        event_type: E::NAME.to_owned(),
+        source,
+    })?;
+    let headers = options
+        .headers
+        .clone()
+        .unwrap_or_else(|| serde_json::json!({}));
+    let channel = options.notify.then(|| super::notify_channel(E::TABLE));
+
+    let row = sqlx::query(statements.enqueue)
+        .bind(event_id)
+        .bind(operation_key)
+        .bind(&fingerprint[..])
+        .bind(E::NAME)
+        .bind(version)
+        .bind(aggregate_type)
+        .bind(aggregate_id)
+        .bind(event.aggregate_version())
+        .bind(Json(&payload))
+        .bind(Json(&headers))
+        .bind(max_attempts)
+        .bind(super::micros(options.delay))
+        .bind(channel)
+        .fetch_optional(&mut **tx)
+        .await?;
+
+    let (existing_id, existing_fingerprint): (Uuid, Vec<u8>) = match row {
+        Some(row) if row.try_get::<bool, _>("inserted")? => return Ok(row.try_get("event_id")?),
+        Some(row) => (
+            row.try_get("event_id")?,
+            row.try_get("payload_fingerprint")?,
+        ),
+        None => {
+            // The conflicting row was committed after our statement's snapshot: read it with a
+            // new one. (Under REPEATABLE READ the insert itself reports a serialization failure
+            // instead, which the caller retries like any other.)
+            let existing: Option<(Uuid, Vec<u8>)> = sqlx::query_as(statements.existing_by_key)
+                .bind(operation_key)
+                .fetch_optional(&mut **tx)
+                .await?;
+            match existing {
+                Some(found) => found,
+                // The row vanished between the two statements (purged after delivery); the key
+                // is free again, so write the event as new.
+                None => return Box::pin(enqueue_event(tx, event, operation_key, options)).await,
+            }
+        }
+    };
+    if existing_fingerprint == fingerprint {
+        Ok(existing_id)
+    } else {
+        Err(Error::OperationKeyReused {
+            operation_key: operation_key.to_owned(),
+            existing_event_id: existing_id,
+        })
+    }
 }

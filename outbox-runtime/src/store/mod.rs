@@ -4,19 +4,41 @@
 //! still carries the caller's `claim_version`, and its lease is live. They return
 //! [`Ownership`], never a bare row count.
 //!
-//! OWNER: issue 2 (runtime core). The signatures below are the contract other modules use.
+//! Every statement names its table through a visible placeholder (`/* TEMPLATE: table */outbox`)
+//! that is replaced once per table name; see [`sql`] for the texts and `sql/*.sql` for the files.
+//! Durations are passed to PostgreSQL as microseconds and added to `now()` there: the database
+//! is the only clock, and no statement takes a client timestamp.
 
 pub mod enqueue;
+pub mod sql;
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
+use sqlx::types::Json;
+use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
 pub use enqueue::EnqueueOptions;
+pub use sql::validate_table_name;
 
 use crate::error::Result;
+use sql::Statements;
+
+/// The DDL of an outbox table named `table` (table and indexes, `IF NOT EXISTS`), rendered from
+/// `store/sql/create_table.sql`. `migrations/0001_outbox.sql` is this for `outbox`.
+///
+/// Fails when `table` is not a valid identifier, or is longer than 49 characters (its index
+/// names must fit PostgreSQL's 63-character limit).
+pub fn create_table_sql(table: &str) -> Result<String> {
+    sql::render_create_table(table)
+}
+
+/// The LISTEN/NOTIFY channel that enqueue wakes workers of `table` on: the table name itself.
+pub fn notify_channel(table: &str) -> String {
+    table.to_owned()
+}
 
 /// The default outbox table.
 pub const DEFAULT_TABLE: &str = "outbox";
@@ -55,7 +77,10 @@ pub struct ClaimedEvent {
 impl ClaimedEvent {
     /// The fencing token that every later state change of this claim must present.
     pub fn claim(&self) -> Claim {
-        Claim { id: self.id, claim_version: self.claim_version }
+        Claim {
+            id: self.id,
+            claim_version: self.claim_version,
+        }
     }
 }
 
@@ -109,8 +134,75 @@ pub struct Stats {
     pub delivered: i64,
     /// Rows that used up their attempts or failed permanently.
     pub exhausted: i64,
-    /// Age of the oldest pending event, by the database clock.
+    /// Age of the oldest pending event (since it was written, retries included), by the
+    /// database clock.
     pub oldest_pending_age: Option<Duration>,
+}
+
+/// One exhausted event, as listed by [`Store::exhausted_events`] for an operator.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExhaustedEvent {
+    /// Stable event id (what `retry` takes).
+    pub event_id: Uuid,
+    /// Event name.
+    pub event_type: String,
+    /// Stored payload version.
+    pub event_version: i32,
+    /// Attempts charged.
+    pub attempts: i32,
+    /// The last error: a handler's message, or which worker's lease expired.
+    pub last_error: Option<String>,
+    /// How many claims ended with an expired lease (a worker crashed or stalled).
+    pub lease_expiries: i32,
+    /// How many attempts a handler reported as failed (the receiver refused).
+    pub handler_failures: i32,
+    /// When the row last changed (here: when it became exhausted), by the database clock.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A duration as whole microseconds for the statements' `$n * interval '1 microsecond'`.
+/// Saturates instead of wrapping; PostgreSQL rejects an interval that is out of range.
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// The claims of `claims` whose id is not in `kept`.
+fn lost_claims(claims: &[Claim], kept: &HashSet<i64>) -> Vec<Claim> {
+    claims
+        .iter()
+        .filter(|c| !kept.contains(&c.id))
+        .copied()
+        .collect()
+}
+
+fn ownership(rows_affected: u64) -> Ownership {
+    if rows_affected == 0 {
+        Ownership::Lost
+    } else {
+        Ownership::Owned
+    }
+}
+
+fn split_claims(claims: &[Claim]) -> (Vec<i64>, Vec<i64>) {
+    claims.iter().map(|c| (c.id, c.claim_version)).unzip()
+}
+
+fn claimed_event(row: &sqlx::postgres::PgRow) -> Result<ClaimedEvent> {
+    Ok(ClaimedEvent {
+        id: row.try_get("id")?,
+        event_id: row.try_get("event_id")?,
+        event_type: row.try_get("event_type")?,
+        event_version: row.try_get("event_version")?,
+        aggregate_type: row.try_get("aggregate_type")?,
+        aggregate_id: row.try_get("aggregate_id")?,
+        aggregate_version: row.try_get("aggregate_version")?,
+        payload: row.try_get::<Json<serde_json::Value>, _>("payload")?.0,
+        headers: row.try_get::<Json<serde_json::Value>, _>("headers")?.0,
+        claim_version: row.try_get("claim_version")?,
+        attempts: row.try_get("attempts")?,
+        max_attempts: row.try_get("max_attempts")?,
+        lease_until: row.try_get("lease_until")?,
+    })
 }
 
 /// Handle on one outbox table. Cheap to clone.
@@ -118,18 +210,29 @@ pub struct Stats {
 pub struct Store {
     pool: PgPool,
     table: String,
+    sql: &'static Statements,
 }
 
 impl Store {
     /// A store over the default table `outbox`.
     pub fn new(pool: PgPool) -> Self {
-        Store { pool, table: DEFAULT_TABLE.to_owned() }
+        let sql =
+            sql::statements(DEFAULT_TABLE).expect("the default table name is a valid identifier");
+        Store {
+            pool,
+            table: DEFAULT_TABLE.to_owned(),
+            sql,
+        }
     }
 
     /// A store over another outbox table (validated as a safe identifier).
     pub fn for_table(pool: PgPool, table: &str) -> Result<Self> {
-        let _ = (pool, table);
-        todo!("issue 2")
+        let sql = sql::statements(table)?;
+        Ok(Store {
+            pool,
+            table: table.to_owned(),
+            sql,
+        })
     }
 
     /// The pool this store uses.
@@ -142,9 +245,16 @@ impl Store {
         &self.table
     }
 
+    /// The channel enqueue notifies on for this table (see [`notify_channel`]).
+    pub fn notify_channel(&self) -> String {
+        notify_channel(&self.table)
+    }
+
     /// Claim up to `limit` events in one statement and commit the claim before returning.
     /// With `ordered`, an event is only claimable when no earlier event of its aggregate is
     /// pending or processing.
+    ///
+    /// The lease runs until the database's `now() + lease`. Events come back in id order.
     pub async fn claim_batch(
         &self,
         worker: &str,
@@ -152,33 +262,79 @@ impl Store {
         lease: Duration,
         ordered: bool,
     ) -> Result<Vec<ClaimedEvent>> {
-        let _ = (worker, limit, lease, ordered);
-        todo!("issue 2")
+        let statement = if ordered {
+            self.sql.claim_batch_ordered
+        } else {
+            self.sql.claim_batch
+        };
+        let rows = sqlx::query(statement)
+            .bind(limit)
+            .bind(micros(lease))
+            .bind(worker)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut claimed = rows.iter().map(claimed_event).collect::<Result<Vec<_>>>()?;
+        claimed.sort_by_key(|e| e.id);
+        Ok(claimed)
     }
 
     /// Mark one claimed event delivered, if the claim is still ours.
     pub async fn complete_if_owned(&self, claim: Claim) -> Result<Ownership> {
-        let _ = claim;
-        todo!("issue 2")
+        let done = sqlx::query(self.sql.complete)
+            .bind(claim.id)
+            .bind(claim.claim_version)
+            .execute(&self.pool)
+            .await?;
+        Ok(ownership(done.rows_affected()))
     }
 
     /// Mark many claimed events delivered in one statement; returns the claims that were
     /// lost (every other claim was completed).
     pub async fn complete_many_if_owned(&self, claims: &[Claim]) -> Result<Vec<Claim>> {
-        let _ = claims;
-        todo!("issue 2")
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, versions) = split_claims(claims);
+        let completed: HashSet<i64> = sqlx::query_scalar(self.sql.complete_many)
+            .bind(ids)
+            .bind(versions)
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .collect();
+        Ok(lost_claims(claims, &completed))
     }
 
     /// Extend the lease of a claim to `now() + lease`, if it is still ours.
     pub async fn renew_if_owned(&self, claim: Claim, lease: Duration) -> Result<Ownership> {
-        let _ = (claim, lease);
-        todo!("issue 2")
+        let done = sqlx::query(self.sql.renew)
+            .bind(claim.id)
+            .bind(claim.claim_version)
+            .bind(micros(lease))
+            .execute(&self.pool)
+            .await?;
+        Ok(ownership(done.rows_affected()))
     }
 
     /// Extend the leases of many claims in one statement; returns the claims that were lost.
-    pub async fn renew_many_if_owned(&self, claims: &[Claim], lease: Duration) -> Result<Vec<Claim>> {
-        let _ = (claims, lease);
-        todo!("issue 2")
+    pub async fn renew_many_if_owned(
+        &self,
+        claims: &[Claim],
+        lease: Duration,
+    ) -> Result<Vec<Claim>> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, versions) = split_claims(claims);
+        let renewed: HashSet<i64> = sqlx::query_scalar(self.sql.renew_many)
+            .bind(ids)
+            .bind(versions)
+            .bind(micros(lease))
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .collect();
+        Ok(lost_claims(claims, &renewed))
     }
 
     /// Record a failed attempt: back to pending after `retry_after`, or exhausted when
@@ -190,37 +346,111 @@ impl Store {
         retry_after: Duration,
         permanent: bool,
     ) -> Result<FailOutcome> {
-        let _ = (claim, error, retry_after, permanent);
-        todo!("issue 2")
+        let status: Option<String> = sqlx::query_scalar(self.sql.fail)
+            .bind(claim.id)
+            .bind(claim.claim_version)
+            .bind(error)
+            .bind(micros(retry_after))
+            .bind(permanent)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(match status.as_deref() {
+            None => FailOutcome::Lost,
+            Some("exhausted") => FailOutcome::Exhausted,
+            Some(_) => FailOutcome::Rescheduled,
+        })
     }
 
     /// Hand a claimed but unstarted event back without charging the attempt.
     pub async fn release_if_owned(&self, claim: Claim) -> Result<Ownership> {
-        let _ = claim;
-        todo!("issue 2")
+        let done = sqlx::query(self.sql.release)
+            .bind(claim.id)
+            .bind(claim.claim_version)
+            .execute(&self.pool)
+            .await?;
+        Ok(ownership(done.rows_affected()))
     }
 
     /// Return up to `limit` expired leases to pending, or to exhausted when their attempts
     /// are used up.
     pub async fn recover_expired(&self, limit: i64) -> Result<RecoveryCounts> {
-        let _ = limit;
-        todo!("issue 2")
+        let statuses: Vec<String> = sqlx::query_scalar(self.sql.recover_expired)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut counts = RecoveryCounts::default();
+        for status in statuses {
+            if status == "exhausted" {
+                counts.exhausted += 1;
+            } else {
+                counts.requeued += 1;
+            }
+        }
+        Ok(counts)
     }
 
     /// Counts per status and the age of the oldest pending event.
     pub async fn stats(&self) -> Result<Stats> {
-        todo!("issue 2")
+        let row = sqlx::query(self.sql.stats).fetch_one(&self.pool).await?;
+        let age: Option<f64> = row.try_get("oldest_pending_age_seconds")?;
+        Ok(Stats {
+            pending: row.try_get("pending")?,
+            processing: row.try_get("processing")?,
+            delivered: row.try_get("delivered")?,
+            exhausted: row.try_get("exhausted")?,
+            oldest_pending_age: age.map(|s| Duration::from_secs_f64(s.max(0.0))),
+        })
     }
 
     /// Operator action: put one exhausted event back to pending with fresh attempts.
+    /// Returns false when no exhausted event has that id.
     pub async fn retry_exhausted(&self, event_id: Uuid) -> Result<bool> {
-        let _ = event_id;
-        todo!("issue 2")
+        let done = sqlx::query(self.sql.retry_exhausted)
+            .bind(event_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Operator action: put every exhausted event of `event_type` back to pending with fresh
+    /// attempts; returns how many.
+    pub async fn retry_exhausted_of_type(&self, event_type: &str) -> Result<u64> {
+        let done = sqlx::query(self.sql.retry_exhausted_of_type)
+            .bind(event_type)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Operator listing: up to `limit` exhausted events, most recently exhausted first.
+    pub async fn exhausted_events(&self, limit: i64) -> Result<Vec<ExhaustedEvent>> {
+        let rows = sqlx::query(self.sql.exhausted_events)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ExhaustedEvent {
+                    event_id: row.try_get("event_id")?,
+                    event_type: row.try_get("event_type")?,
+                    event_version: row.try_get("event_version")?,
+                    attempts: row.try_get("attempts")?,
+                    last_error: row.try_get("last_error")?,
+                    lease_expiries: row.try_get("lease_expiries")?,
+                    handler_failures: row.try_get("handler_failures")?,
+                    updated_at: row.try_get("updated_at")?,
+                })
+            })
+            .collect()
     }
 
     /// Operator action: delete up to `limit` delivered events older than `older_than`.
     pub async fn purge_delivered(&self, older_than: Duration, limit: i64) -> Result<u64> {
-        let _ = (older_than, limit);
-        todo!("issue 2")
+        let done = sqlx::query(self.sql.purge_delivered)
+            .bind(micros(older_than))
+            .bind(limit)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
     }
 }

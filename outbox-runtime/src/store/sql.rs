@@ -1,0 +1,239 @@
+//! The SQL text of every statement against an outbox table, one `.sql` file each, and their
+//! rendering for a table name.
+//!
+//! The files name the default table through the visible placeholder
+//! `/* TEMPLATE: table */outbox`, so each file is valid SQL for `outbox` as it stands. For another
+//! table the placeholder is replaced once, when the table's [`Statements`] are first built, and
+//! the rendered set is kept for the life of the process (see [`statements`]).
+
+use std::collections::HashMap;
+use std::sync::{OnceLock, RwLock};
+
+use crate::error::{Error, Result};
+
+/// The placeholder every statement file writes in place of the table name.
+pub(crate) const TABLE_PLACEHOLDER: &str = "/* TEMPLATE: table */outbox";
+
+/// The table and its indexes (a template).
+pub(crate) const CREATE_TABLE: &str = include_str!("sql/create_table.sql");
+/// Transactional write of one event.
+pub(crate) const ENQUEUE: &str = include_str!("sql/enqueue.sql");
+/// Enqueue fallback: the event stored under a key, with a fresh snapshot.
+pub(crate) const EXISTING_BY_KEY: &str = include_str!("sql/existing_by_key.sql");
+/// Claim a batch.
+pub(crate) const CLAIM_BATCH: &str = include_str!("sql/claim_batch.sql");
+/// Claim a batch, keeping the order of events within an aggregate.
+pub(crate) const CLAIM_BATCH_ORDERED: &str = include_str!("sql/claim_batch_ordered.sql");
+/// Fenced completion of one claim.
+pub(crate) const COMPLETE: &str = include_str!("sql/complete.sql");
+/// Fenced completion of many claims.
+pub(crate) const COMPLETE_MANY: &str = include_str!("sql/complete_many.sql");
+/// Fenced lease renewal of one claim.
+pub(crate) const RENEW: &str = include_str!("sql/renew.sql");
+/// Fenced lease renewal of many claims.
+pub(crate) const RENEW_MANY: &str = include_str!("sql/renew_many.sql");
+/// Fenced failure with retry or exhaustion.
+pub(crate) const FAIL: &str = include_str!("sql/fail.sql");
+/// Fenced hand-back without charging the attempt.
+pub(crate) const RELEASE: &str = include_str!("sql/release.sql");
+/// Recovery of expired leases.
+pub(crate) const RECOVER_EXPIRED: &str = include_str!("sql/recover_expired.sql");
+/// Counts per status and the oldest pending age.
+pub(crate) const STATS: &str = include_str!("sql/stats.sql");
+/// Operator retry of one exhausted event.
+pub(crate) const RETRY_EXHAUSTED: &str = include_str!("sql/retry_exhausted.sql");
+/// Operator retry of every exhausted event of a type.
+pub(crate) const RETRY_EXHAUSTED_OF_TYPE: &str = include_str!("sql/retry_exhausted_of_type.sql");
+/// Operator listing of exhausted events.
+pub(crate) const EXHAUSTED_EVENTS: &str = include_str!("sql/exhausted_events.sql");
+/// Bounded deletion of delivered events past retention.
+pub(crate) const PURGE_DELIVERED: &str = include_str!("sql/purge_delivered.sql");
+
+/// Every statement template with its name, in file order (used by the EXPLAIN test and docs).
+pub const STATEMENTS: &[(&str, &str)] = &[
+    ("enqueue", ENQUEUE),
+    ("existing_by_key", EXISTING_BY_KEY),
+    ("claim_batch", CLAIM_BATCH),
+    ("claim_batch_ordered", CLAIM_BATCH_ORDERED),
+    ("complete", COMPLETE),
+    ("complete_many", COMPLETE_MANY),
+    ("renew", RENEW),
+    ("renew_many", RENEW_MANY),
+    ("fail", FAIL),
+    ("release", RELEASE),
+    ("recover_expired", RECOVER_EXPIRED),
+    ("stats", STATS),
+    ("retry_exhausted", RETRY_EXHAUSTED),
+    ("retry_exhausted_of_type", RETRY_EXHAUSTED_OF_TYPE),
+    ("exhausted_events", EXHAUSTED_EVENTS),
+    ("purge_delivered", PURGE_DELIVERED),
+];
+
+/// The longest suffix the table template appends to the table name (`_aggregate_idx`).
+/// PostgreSQL silently truncates identifiers to 63 bytes, which could make two index names
+/// collide, so [`render_create_table`] refuses names that leave no room for it.
+const LONGEST_INDEX_SUFFIX: usize = "_aggregate_idx".len();
+
+/// Check that `table` is a safe, unquoted SQL identifier: 1 to 63 characters of
+/// `[a-z_][a-z0-9_]*`.
+pub fn validate_table_name(table: &str) -> Result<()> {
+    let mut chars = table.chars();
+    let first_ok = matches!(chars.next(), Some('a'..='z' | '_'));
+    let rest_ok = chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'));
+    if first_ok && rest_ok && table.len() <= 63 {
+        Ok(())
+    } else {
+        Err(Error::InvalidTableName(table.to_owned()))
+    }
+}
+
+/// Replace the table placeholder of a statement template. `table` must be validated.
+pub(crate) fn render(template: &str, table: &str) -> String {
+    template.replace(TABLE_PLACEHOLDER, table)
+}
+
+/// The DDL of an outbox table named `table`: the table and its indexes, `IF NOT EXISTS`.
+pub(crate) fn render_create_table(table: &str) -> Result<String> {
+    validate_table_name(table)?;
+    if table.len() + LONGEST_INDEX_SUFFIX > 63 {
+        return Err(Error::Config(format!(
+            "outbox table name `{table}` is {} characters; its index names would exceed PostgreSQL's 63-character limit, \
+             so use a table name of at most {} characters",
+            table.len(),
+            63 - LONGEST_INDEX_SUFFIX
+        )));
+    }
+    Ok(render(CREATE_TABLE, table))
+}
+
+/// The statements of one table, rendered once.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    pub enqueue: &'static str,
+    pub existing_by_key: &'static str,
+    pub claim_batch: &'static str,
+    pub claim_batch_ordered: &'static str,
+    pub complete: &'static str,
+    pub complete_many: &'static str,
+    pub renew: &'static str,
+    pub renew_many: &'static str,
+    pub fail: &'static str,
+    pub release: &'static str,
+    pub recover_expired: &'static str,
+    pub stats: &'static str,
+    pub retry_exhausted: &'static str,
+    pub retry_exhausted_of_type: &'static str,
+    pub exhausted_events: &'static str,
+    pub purge_delivered: &'static str,
+}
+
+impl Statements {
+    fn render(table: &str) -> Statements {
+        // Leaked on purpose: one set per table name for the life of the process (a handful of
+        // tables at most), which lets sqlx take them as `&'static str` and cache their
+        // prepared statements per connection.
+        let r = |template: &str| -> &'static str {
+            Box::leak(render(template, table).into_boxed_str())
+        };
+        Statements {
+            enqueue: r(ENQUEUE),
+            existing_by_key: r(EXISTING_BY_KEY),
+            claim_batch: r(CLAIM_BATCH),
+            claim_batch_ordered: r(CLAIM_BATCH_ORDERED),
+            complete: r(COMPLETE),
+            complete_many: r(COMPLETE_MANY),
+            renew: r(RENEW),
+            renew_many: r(RENEW_MANY),
+            fail: r(FAIL),
+            release: r(RELEASE),
+            recover_expired: r(RECOVER_EXPIRED),
+            stats: r(STATS),
+            retry_exhausted: r(RETRY_EXHAUSTED),
+            retry_exhausted_of_type: r(RETRY_EXHAUSTED_OF_TYPE),
+            exhausted_events: r(EXHAUSTED_EVENTS),
+            purge_delivered: r(PURGE_DELIVERED),
+        }
+    }
+}
+
+/// The rendered statements of `table`, built on first use and cached for the process.
+pub(crate) fn statements(table: &str) -> Result<&'static Statements> {
+    static CACHE: OnceLock<RwLock<HashMap<String, &'static Statements>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(found) = cache.read().unwrap_or_else(|e| e.into_inner()).get(table) {
+        return Ok(found);
+    }
+    validate_table_name(table)?;
+    let mut write = cache.write().unwrap_or_else(|e| e.into_inner());
+    let entry = write
+        .entry(table.to_owned())
+        .or_insert_with(|| Box::leak(Box::new(Statements::render(table))));
+    Ok(entry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_are_checked() {
+        for ok in ["outbox", "_x", "orders_outbox_2", &"a".repeat(63)] {
+            assert!(validate_table_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "Outbox",
+            "1outbox",
+            "out-box",
+            "out box",
+            "outbox;drop",
+            "é",
+            &"a".repeat(64),
+        ] {
+            assert!(
+                matches!(validate_table_name(bad), Err(Error::InvalidTableName(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_statement_names_the_table_only_through_the_placeholder() {
+        for (name, sql) in STATEMENTS
+            .iter()
+            .chain([("create_table", CREATE_TABLE)].iter())
+        {
+            assert!(
+                sql.contains(TABLE_PLACEHOLDER),
+                "{name} has no table placeholder"
+            );
+            let rendered = render(sql, "zz_table");
+            let code: String = rendered
+                .lines()
+                .map(|l| l.split("--").next().unwrap_or(""))
+                .collect();
+            assert!(
+                !code.contains("outbox"),
+                "{name} names the table `outbox` outside the placeholder"
+            );
+        }
+    }
+
+    #[test]
+    fn statements_are_rendered_once_per_table() {
+        let a = statements("render_once").unwrap();
+        let b = statements("render_once").unwrap();
+        assert!(std::ptr::eq(a, b));
+        assert!(a.claim_batch.contains("UPDATE render_once AS o"));
+        assert!(statements("Bad").is_err());
+    }
+
+    #[test]
+    fn long_names_leave_room_for_index_names() {
+        assert!(render_create_table(&"a".repeat(49)).is_ok());
+        assert!(matches!(
+            render_create_table(&"a".repeat(50)),
+            Err(Error::Config(_))
+        ));
+    }
+}

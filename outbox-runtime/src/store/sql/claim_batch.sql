@@ -1,0 +1,32 @@
+-- Claim: take up to $1 ready pending events in one statement.
+--
+-- Parameters: $1 limit bigint, $2 lease in microseconds bigint, $3 worker name text.
+--
+-- Candidates are picked FOR UPDATE SKIP LOCKED, so competing workers never wait on each other
+-- and never get the same row; a row another worker claimed after our snapshot is re-checked
+-- against its new version (status is no longer pending) and skipped. The lease is computed from
+-- the database clock. claim_version + 1 makes every earlier claim of the row stale; attempts + 1
+-- charges the attempt now, so a payload that kills the worker still uses its attempts up.
+-- Run in autocommit: the claim is committed before anything is delivered.
+--
+-- Index: <table>_pending_idx (available_at, id) WHERE status = 'pending'.
+WITH candidates AS (
+    SELECT id
+    FROM /* TEMPLATE: table */outbox
+    WHERE status = 'pending' AND available_at <= now()
+    ORDER BY available_at, id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE /* TEMPLATE: table */outbox AS o
+SET status = 'processing',
+    lease_until = now() + $2::bigint * interval '1 microsecond',
+    claimed_by = $3,
+    claim_version = o.claim_version + 1,
+    attempts = o.attempts + 1,
+    updated_at = now()
+FROM candidates AS c
+WHERE o.id = c.id
+RETURNING o.id, o.event_id, o.event_type, o.event_version, o.aggregate_type, o.aggregate_id,
+          o.aggregate_version, o.payload, o.headers, o.claim_version, o.attempts, o.max_attempts,
+          o.lease_until

@@ -1,0 +1,41 @@
+-- Ordered claim: like claim_batch.sql, but an event with an aggregate is only claimable when no
+-- earlier (smaller id) event of the same aggregate is pending or processing, so the events of
+-- one aggregate are delivered one after another, in id order.
+--
+-- Parameters: $1 limit bigint, $2 lease in microseconds bigint, $3 worker name text.
+--
+-- Exhausted events do NOT block later events of their aggregate: an operator must not have to
+-- repair a poison event before the rest of the aggregate can move (retrying it later delivers it
+-- out of order, which is the operator's call). Delivered events do not block either.
+-- The check reads this statement's snapshot, which can only be older than the truth, so it errs
+-- towards blocking. Order is id order: ids are assigned at insert, so two transactions that write
+-- events of one aggregate without serialising on a business row may commit out of id order.
+--
+-- Indexes: <table>_pending_idx for candidates, <table>_aggregate_idx for the earlier-event check.
+WITH candidates AS (
+    SELECT o.id
+    FROM /* TEMPLATE: table */outbox AS o
+    WHERE o.status = 'pending' AND o.available_at <= now()
+      AND (o.aggregate_id IS NULL OR NOT EXISTS (
+            SELECT 1
+            FROM /* TEMPLATE: table */outbox AS e
+            WHERE e.aggregate_type = o.aggregate_type
+              AND e.aggregate_id = o.aggregate_id
+              AND e.id < o.id
+              AND e.status IN ('pending', 'processing')))
+    ORDER BY o.available_at, o.id
+    LIMIT $1
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE /* TEMPLATE: table */outbox AS o
+SET status = 'processing',
+    lease_until = now() + $2::bigint * interval '1 microsecond',
+    claimed_by = $3,
+    claim_version = o.claim_version + 1,
+    attempts = o.attempts + 1,
+    updated_at = now()
+FROM candidates AS c
+WHERE o.id = c.id
+RETURNING o.id, o.event_id, o.event_type, o.event_version, o.aggregate_type, o.aggregate_id,
+          o.aggregate_version, o.payload, o.headers, o.claim_version, o.attempts, o.max_attempts,
+          o.lease_until

@@ -1,0 +1,15 @@
+-- Complete: mark one claimed event delivered, if the claim is still ours.
+--
+-- Parameters: $1 id bigint, $2 claim_version bigint.
+-- Fenced: status processing, the same claim_version, and a live lease by the database clock.
+-- Zero rows affected means the claim was lost (recovered, re-claimed, or its lease ran out).
+-- Index: primary key.
+UPDATE /* TEMPLATE: table */outbox
+SET status = 'delivered',
+    delivered_at = now(),
+    lease_until = NULL,
+    updated_at = now()
+WHERE id = $1
+  AND claim_version = $2
+  AND status = 'processing'
+  AND lease_until > now()

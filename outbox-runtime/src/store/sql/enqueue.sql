@@ -1,0 +1,45 @@
+-- Enqueue: write one event in the caller's transaction, in one round trip.
+--
+-- Parameters:
+--   $1 event_id uuid            $2 operation_key text       $3 payload_fingerprint bytea
+--   $4 event_type text          $5 event_version int        $6 aggregate_type text (null)
+--   $7 aggregate_id text (null) $8 aggregate_version bigint (null)
+--   $9 payload jsonb            $10 headers jsonb           $11 max_attempts int
+--   $12 delay in microseconds (bigint, 0 = now)
+--   $13 notification channel (text; null = no wake-up)
+--
+-- Returns one row: (event_id, inserted, payload_fingerprint). inserted = true: the row is new.
+-- inserted = false: the key was already used; the stored fingerprint tells whether it is the
+-- same payload. No row at all: the conflicting row was committed by another transaction after
+-- this statement's snapshot was taken (READ COMMITTED), so it is invisible here; the caller then
+-- reads it with existing_by_key.sql, whose new snapshot sees it.
+--
+-- ON CONFLICT DO NOTHING names no target on purpose: the event id is derived from the operation
+-- key, so both unique indexes conflict together, and with both as arbiters a concurrent insert of
+-- the same key can never raise a unique violation that would abort the caller's transaction.
+--
+-- pg_notify runs only when a row was inserted and a channel is given. PostgreSQL delivers it on
+-- commit and folds identical notifications of one transaction into one, so a transaction wakes
+-- the workers once however many events it writes, and a rolled-back transaction not at all.
+--
+-- Indexes: the unique indexes on operation_key and event_id (conflict check, lookup).
+WITH inserted AS (
+    INSERT INTO /* TEMPLATE: table */outbox
+        (event_id, operation_key, payload_fingerprint, event_type, event_version,
+         aggregate_type, aggregate_id, aggregate_version, payload, headers, max_attempts,
+         available_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+            now() + $12::bigint * interval '1 microsecond')
+    ON CONFLICT DO NOTHING
+    RETURNING event_id
+),
+wake AS (
+    SELECT pg_notify($13::text, '') FROM inserted WHERE $13::text IS NOT NULL
+)
+SELECT i.event_id, true AS inserted, NULL::bytea AS payload_fingerprint,
+       (SELECT count(*) FROM wake) AS notified
+FROM inserted AS i
+UNION ALL
+SELECT o.event_id, false AS inserted, o.payload_fingerprint, 0 AS notified
+FROM /* TEMPLATE: table */outbox AS o
+WHERE o.operation_key = $2 AND NOT EXISTS (SELECT 1 FROM inserted)

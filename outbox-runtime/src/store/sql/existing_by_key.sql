@@ -1,0 +1,10 @@
+-- Enqueue fallback: the event already stored under an operation key, read with a fresh snapshot
+-- (needed when enqueue.sql lost an insert race to a transaction that committed after its
+-- snapshot was taken).
+--
+-- Parameters: $1 operation_key text.
+-- Returns at most one row: (event_id, payload_fingerprint).
+-- Index: the unique index on operation_key.
+SELECT event_id, payload_fingerprint
+FROM /* TEMPLATE: table */outbox
+WHERE operation_key = $1

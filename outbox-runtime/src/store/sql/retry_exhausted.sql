@@ -1,0 +1,12 @@
+-- Operator retry: put one exhausted event back to pending, available now, with fresh attempts.
+--
+-- Parameters: $1 event_id uuid.
+-- The counters lease_expiries and handler_failures and last_error are kept as history.
+-- Index: the unique index on event_id.
+UPDATE /* TEMPLATE: table */outbox
+SET status = 'pending',
+    attempts = 0,
+    available_at = now(),
+    lease_until = NULL,
+    updated_at = now()
+WHERE event_id = $1 AND status = 'exhausted'

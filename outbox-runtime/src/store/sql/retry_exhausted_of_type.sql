@@ -1,0 +1,12 @@
+-- Operator retry of every exhausted event of one type (after the receiver was fixed).
+--
+-- Parameters: $1 event_type text.
+-- Like retry_exhausted.sql for each matching row.
+-- Index: none; exhausted rows are expected to be few, and this is an operator command.
+UPDATE /* TEMPLATE: table */outbox
+SET status = 'pending',
+    attempts = 0,
+    available_at = now(),
+    lease_until = NULL,
+    updated_at = now()
+WHERE event_type = $1 AND status = 'exhausted'
