@@ -1,0 +1,326 @@
+//! The HTTP publisher against a real receiver on loopback (axum, using the inbox). Events are
+//! claimed with the Store and settled as the worker settles them; every test checks both the
+//! outbox row and what the receiver recorded.
+
+mod adapters_support;
+
+use std::time::Duration;
+
+use adapters_support::{
+    LEASE, OrderShipped, Receiver, Settled, Step, TRACEPARENT, attempt, claim, closed_port,
+    enqueue, row,
+};
+use outbox_runtime::Store;
+use outbox_runtime::delivery::FailureKind;
+use outbox_runtime::publish::Envelope;
+use outbox_runtime::publish::http::{HttpConfig, HttpPublisher};
+use outbox_runtime::testing::TestDatabase;
+
+fn publisher(url: &str, timeout: Duration) -> HttpPublisher {
+    let publisher = HttpPublisher::new(
+        url,
+        HttpConfig {
+            timeout,
+            ..HttpConfig::default()
+        },
+    )
+    .unwrap();
+    publisher
+        .check_lease(LEASE)
+        .expect("the test lease outlasts the request timeout");
+    publisher
+}
+
+fn header<'a>(seen: &'a adapters_support::Seen, name: &str) -> Option<&'a str> {
+    seen.headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+#[tokio::test]
+async fn delivers_the_envelope_with_the_stable_key_and_metadata_headers() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let receiver = Receiver::start(db.pool(), vec![]).await;
+    let sink = publisher(&receiver.url("/events"), Duration::from_secs(5));
+    let (event_id, event) = enqueue(db.pool(), "first", 10).await;
+
+    let (outcome, settled) = attempt(&store, &sink).await;
+
+    assert_eq!(outcome, Ok(()));
+    assert_eq!(settled, Settled::Delivered);
+    assert_eq!(row(db.pool(), event_id).await.status, "delivered");
+    let seen = receiver.seen();
+    assert_eq!(seen.len(), 1);
+    let request = &seen[0];
+    assert_eq!(
+        request.idempotency_key.as_deref(),
+        Some(event_id.to_string().as_str())
+    );
+    assert_eq!(header(request, "content-type"), Some("application/json"));
+    assert_eq!(
+        header(request, "outbox-event-id"),
+        Some(event_id.to_string().as_str())
+    );
+    assert_eq!(
+        header(request, "outbox-event-type"),
+        Some("test.order_shipped")
+    );
+    assert_eq!(header(request, "outbox-event-version"), Some("3"));
+    assert_eq!(header(request, "outbox-attempt"), Some("1"));
+    assert_eq!(header(request, "outbox-aggregate-type"), Some("order"));
+    assert_eq!(
+        header(request, "outbox-aggregate-id"),
+        Some(event.order_id.to_string().as_str())
+    );
+    assert_eq!(header(request, "outbox-aggregate-version"), Some("7"));
+    assert_eq!(header(request, "traceparent"), Some(TRACEPARENT));
+    let envelope: &Envelope = request.envelope.as_ref().unwrap();
+    assert_eq!(envelope.id, event_id);
+    assert_eq!(envelope.event_type, "test.order_shipped");
+    assert_eq!(envelope.version, 3);
+    assert_eq!(
+        envelope.aggregate.as_ref().map(|a| a.id.clone()),
+        Some(event.order_id.to_string())
+    );
+    assert_eq!(
+        serde_json::from_value::<OrderShipped>(envelope.payload.clone()).unwrap(),
+        event
+    );
+    assert_eq!(receiver.effects(event_id).await, 1);
+}
+
+/// The receiver applies the event, then its answer never reaches the publisher (held beyond the
+/// client's timeout). The retry carries the same key; the receiver's inbox recognises it.
+#[tokio::test]
+async fn a_lost_response_is_retried_with_the_same_key_and_applied_once() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let receiver = Receiver::start(
+        db.pool(),
+        vec![Step::ApplyThenStall(Duration::from_secs(3))],
+    )
+    .await;
+    let sink = publisher(&receiver.url("/events"), Duration::from_millis(500));
+    let (event_id, _) = enqueue(db.pool(), "lost", 10).await;
+
+    let (first, settled) = attempt(&store, &sink).await;
+    let err = first.unwrap_err();
+    assert_eq!(err.kind, FailureKind::Retry { after: None });
+    assert!(
+        err.message.contains("no response from") && err.message.contains("same Idempotency-Key"),
+        "{err}"
+    );
+    assert_eq!(settled, Settled::Rescheduled);
+    let after_first = row(db.pool(), event_id).await;
+    assert_eq!(
+        (after_first.status.as_str(), after_first.handler_failures),
+        ("pending", 1)
+    );
+    assert_eq!(
+        receiver.effects(event_id).await,
+        1,
+        "the receiver applied it although the publisher timed out"
+    );
+
+    let (second, settled) = attempt(&store, &sink).await;
+    assert_eq!(second, Ok(()), "409 for a known key counts as delivered");
+    assert_eq!(settled, Settled::Delivered);
+
+    let seen = receiver.seen();
+    assert_eq!(seen.len(), 2);
+    let key = event_id.to_string();
+    assert!(
+        seen.iter()
+            .all(|s| s.idempotency_key.as_deref() == Some(key.as_str())),
+        "same key on both attempts"
+    );
+    assert_eq!(header(&seen[0], "outbox-attempt"), Some("1"));
+    assert_eq!(header(&seen[1], "outbox-attempt"), Some("2"));
+    assert_eq!(seen[1].answered, 409, "the receiver recognised the key");
+    assert_eq!(
+        receiver.effects(event_id).await,
+        1,
+        "one effect for two deliveries"
+    );
+    let done = row(db.pool(), event_id).await;
+    assert_eq!((done.status.as_str(), done.attempts), ("delivered", 2));
+}
+
+#[tokio::test]
+async fn a_500_then_200_ends_delivered_after_two_attempts() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let receiver = Receiver::start(
+        db.pool(),
+        vec![Step::respond(500, "database unavailable"), Step::Apply],
+    )
+    .await;
+    let sink = publisher(&receiver.url("/events"), Duration::from_secs(5));
+    let (event_id, _) = enqueue(db.pool(), "flaky", 10).await;
+
+    let (first, settled) = attempt(&store, &sink).await;
+    let err = first.unwrap_err();
+    assert!(!err.is_permanent());
+    assert!(
+        err.message.contains("HTTP 500 Internal Server Error")
+            && err.message.contains("database unavailable"),
+        "{err}"
+    );
+    assert_eq!(settled, Settled::Rescheduled);
+    assert_eq!(receiver.effects(event_id).await, 0);
+
+    let (second, settled) = attempt(&store, &sink).await;
+    assert_eq!(second, Ok(()));
+    assert_eq!(settled, Settled::Delivered);
+
+    let done = row(db.pool(), event_id).await;
+    assert_eq!(
+        (done.status.as_str(), done.attempts, done.handler_failures),
+        ("delivered", 2, 1)
+    );
+    let answered: Vec<u16> = receiver.seen().iter().map(|s| s.answered).collect();
+    assert_eq!(answered, vec![500, 200]);
+    assert_eq!(receiver.effects(event_id).await, 1);
+}
+
+#[tokio::test]
+async fn a_400_ends_exhausted_with_the_bounded_body_as_reason() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let body = format!(
+        "invalid total_cents: must be positive. {}",
+        "details ".repeat(1000)
+    );
+    let receiver = Receiver::start(db.pool(), vec![Step::respond(400, &body)]).await;
+    let sink = publisher(&receiver.url("/events"), Duration::from_secs(5));
+    let (event_id, _) = enqueue(db.pool(), "bad", 10).await;
+
+    let (outcome, settled) = attempt(&store, &sink).await;
+
+    assert!(outcome.unwrap_err().is_permanent());
+    assert_eq!(settled, Settled::Exhausted);
+    let exhausted = row(db.pool(), event_id).await;
+    assert_eq!(exhausted.status, "exhausted");
+    assert_eq!(exhausted.attempts, 1, "a permanent failure is not retried");
+    let reason = exhausted.last_error.unwrap();
+    assert!(
+        reason.starts_with("HTTP 400 Bad Request from http://127.0.0.1:"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("invalid total_cents: must be positive"),
+        "{reason}"
+    );
+    assert!(
+        reason.ends_with("[truncated]") && reason.len() < 2048 + 200,
+        "bounded: {} bytes",
+        reason.len()
+    );
+    claim(&store, 0).await;
+    assert_eq!(receiver.seen().len(), 1);
+    assert_eq!(receiver.effects(event_id).await, 0);
+}
+
+#[tokio::test]
+async fn an_unreachable_receiver_retries_and_never_loses_the_event() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let port = closed_port();
+    let sink = publisher(
+        &format!("http://127.0.0.1:{port}/events"),
+        Duration::from_secs(2),
+    );
+    let (event_id, _) = enqueue(db.pool(), "patient", 10).await;
+
+    for n in 1..=3 {
+        let (outcome, settled) = attempt(&store, &sink).await;
+        let err = outcome.unwrap_err();
+        assert!(!err.is_permanent());
+        assert!(
+            err.message.contains("cannot connect to http://127.0.0.1:"),
+            "{err}"
+        );
+        assert_eq!(settled, Settled::Rescheduled);
+        let r = row(db.pool(), event_id).await;
+        assert_eq!(
+            (r.status.as_str(), r.handler_failures, r.ready),
+            ("pending", n, true)
+        );
+    }
+
+    // The receiver comes up where it was expected: the event is still there and gets through.
+    let receiver = Receiver::start_on(port, db.pool(), vec![]).await;
+    assert_eq!(receiver.total_effects().await, 0);
+    let (outcome, settled) = attempt(&store, &sink).await;
+    assert_eq!(outcome, Ok(()));
+    assert_eq!(settled, Settled::Delivered);
+    let done = row(db.pool(), event_id).await;
+    assert_eq!(
+        (done.status.as_str(), done.attempts, done.handler_failures),
+        ("delivered", 4, 3)
+    );
+    assert_eq!(receiver.seen().len(), 1);
+    assert_eq!(receiver.effects(event_id).await, 1);
+}
+
+#[tokio::test]
+async fn a_429_is_retried_no_earlier_than_its_retry_after() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let too_many = Step::Respond {
+        status: 429,
+        body: "slow down".into(),
+        retry_after: Some("1".into()),
+    };
+    let receiver = Receiver::start(db.pool(), vec![too_many]).await;
+    let sink = publisher(&receiver.url("/events"), Duration::from_secs(5));
+    let (event_id, _) = enqueue(db.pool(), "throttled", 10).await;
+
+    let (outcome, settled) = attempt(&store, &sink).await;
+    assert_eq!(
+        outcome.unwrap_err().kind,
+        FailureKind::Retry {
+            after: Some(Duration::from_secs(1))
+        }
+    );
+    assert_eq!(settled, Settled::Rescheduled);
+    let waiting = row(db.pool(), event_id).await;
+    assert_eq!(
+        (waiting.status.as_str(), waiting.ready),
+        ("pending", false),
+        "not claimable before Retry-After"
+    );
+    claim(&store, 0).await;
+
+    // Once the database clock passes Retry-After, the event is claimable and delivered.
+    while !row(db.pool(), event_id).await.ready {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (outcome, settled) = attempt(&store, &sink).await;
+    assert_eq!(outcome, Ok(()));
+    assert_eq!(settled, Settled::Delivered);
+    let answered: Vec<u16> = receiver.seen().iter().map(|s| s.answered).collect();
+    assert_eq!(answered, vec![429, 200]);
+    assert_eq!(receiver.effects(event_id).await, 1);
+}
+
+#[tokio::test]
+async fn statuses_outside_the_delivered_set_are_failures() {
+    // With 409 removed from the delivered set, a receiver's "already processed" is a permanent
+    // failure: the set is the publisher's documented contract with its receiver.
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let receiver = Receiver::start(db.pool(), vec![Step::respond(409, "conflict")]).await;
+    let config = HttpConfig {
+        delivered_statuses: vec![],
+        ..HttpConfig::default()
+    };
+    let sink = HttpPublisher::new(&receiver.url("/events"), config).unwrap();
+    let (event_id, _) = enqueue(db.pool(), "strict", 10).await;
+
+    let (outcome, settled) = attempt(&store, &sink).await;
+
+    assert!(outcome.unwrap_err().message.contains("HTTP 409 Conflict"));
+    assert_eq!(settled, Settled::Exhausted);
+    assert_eq!(receiver.seen()[0].answered, 409);
+    assert_eq!(receiver.effects(event_id).await, 0);
+}
