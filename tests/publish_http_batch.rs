@@ -1,0 +1,203 @@
+//! HTTP batch mode against a real receiver with a batch API: per-item results decide each
+//! event's fate, and only the accepted items count as delivered.
+
+mod adapters_support;
+
+use std::time::Duration;
+
+use adapters_support::{LEASE, Receiver, Settled, Step, claim, enqueue, row, settle};
+use outbox_runtime::delivery::FailureKind;
+use outbox_runtime::publish::http::{HttpConfig, HttpPublisher};
+use outbox_runtime::testing::TestDatabase;
+use outbox_runtime::{Sink, Store};
+
+fn batch_publisher(url: &str, max: usize) -> HttpPublisher {
+    let config = HttpConfig {
+        batch: Some(max),
+        timeout: Duration::from_secs(5),
+        ..HttpConfig::default()
+    };
+    let publisher = HttpPublisher::new(url, config).unwrap();
+    publisher.check_lease(LEASE).unwrap();
+    publisher
+}
+
+#[tokio::test]
+async fn only_the_items_the_receiver_accepted_are_delivered() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let receiver = Receiver::start(db.pool(), vec![]).await;
+    let sink = batch_publisher(&receiver.url("/batch"), 10);
+    assert_eq!(sink.max_batch(), 10);
+    let (ok, _) = enqueue(db.pool(), "ok", 10).await;
+    let (reject, _) = enqueue(db.pool(), "reject", 10).await;
+    let (busy, _) = enqueue(db.pool(), "busy", 10).await;
+    let (omit, _) = enqueue(db.pool(), "omit", 10).await;
+
+    let items = claim(&store, 4).await;
+    let results = sink.deliver_batch(&items).await;
+    assert_eq!(results.len(), 4);
+    for ((event, _), result) in items.iter().zip(&results) {
+        let expected_settle = match event.event_id {
+            id if id == ok => {
+                assert_eq!(result, &Ok(()));
+                Settled::Delivered
+            }
+            id if id == reject => {
+                let err = result.as_ref().unwrap_err();
+                assert!(err.is_permanent());
+                assert!(
+                    err.message.contains("HTTP 422")
+                        && err.message.contains("total_cents must be positive"),
+                    "{err}"
+                );
+                Settled::Exhausted
+            }
+            id if id == busy => {
+                let err = result.as_ref().unwrap_err();
+                assert_eq!(
+                    err.kind,
+                    FailureKind::Retry {
+                        after: Some(Duration::from_secs(5))
+                    }
+                );
+                Settled::Rescheduled
+            }
+            id if id == omit => {
+                let err = result.as_ref().unwrap_err();
+                assert!(
+                    !err.is_permanent() && err.message.contains("has no result for this event"),
+                    "{err}"
+                );
+                Settled::Rescheduled
+            }
+            other => panic!("unexpected event {other}"),
+        };
+        assert_eq!(settle(&store, event, result).await, expected_settle);
+    }
+
+    assert_eq!(row(db.pool(), ok).await.status, "delivered");
+    assert_eq!(row(db.pool(), reject).await.status, "exhausted");
+    let busy_row = row(db.pool(), busy).await;
+    assert_eq!(
+        (busy_row.status.as_str(), busy_row.ready),
+        ("pending", false),
+        "waits for the item's retry_after"
+    );
+    let omit_row = row(db.pool(), omit).await;
+    assert_eq!(
+        (omit_row.status.as_str(), omit_row.ready),
+        ("pending", true)
+    );
+
+    // What the receiver recorded: one request carrying all four, one effect (the accepted one).
+    let seen = receiver.seen();
+    assert_eq!(seen.len(), 1);
+    let mut sent: Vec<_> = seen[0].batch.iter().map(|e| e.id).collect();
+    let mut expected = vec![ok, reject, busy, omit];
+    sent.sort();
+    expected.sort();
+    assert_eq!(sent, expected);
+    assert_eq!(receiver.effects(ok).await, 1);
+    assert_eq!(receiver.total_effects().await, 1);
+}
+
+/// The receiver applied a whole batch, but the publisher could not record it (say the worker
+/// lost the answer): the batch is sent again and the receiver's inbox applies nothing twice.
+#[tokio::test]
+async fn a_redelivered_batch_applies_each_effect_once() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let receiver = Receiver::start(db.pool(), vec![]).await;
+    let sink = batch_publisher(&receiver.url("/batch"), 10);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(enqueue(db.pool(), "ok", 10).await.0);
+    }
+
+    let items = claim(&store, 3).await;
+    assert!(sink.deliver_batch(&items).await.iter().all(Result::is_ok));
+    for (event, _) in &items {
+        let lost = Err(outbox_runtime::HandlerError::retry("answer lost"));
+        assert_eq!(settle(&store, event, &lost).await, Settled::Rescheduled);
+    }
+
+    let items = claim(&store, 3).await;
+    let results = sink.deliver_batch(&items).await;
+    assert!(
+        results.iter().all(Result::is_ok),
+        "409 per item counts as delivered: {results:?}"
+    );
+    for ((event, _), result) in items.iter().zip(&results) {
+        assert_eq!(settle(&store, event, result).await, Settled::Delivered);
+    }
+
+    assert_eq!(receiver.seen().len(), 2);
+    for id in ids {
+        assert_eq!(receiver.effects(id).await, 1);
+        let r = row(db.pool(), id).await;
+        assert_eq!((r.status.as_str(), r.attempts), ("delivered", 2));
+    }
+}
+
+#[tokio::test]
+async fn batches_are_split_at_max_batch_and_a_failed_request_fails_every_item() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let maintenance = Step::Respond {
+        status: 503,
+        body: "maintenance".into(),
+        retry_after: Some("2".into()),
+    };
+    let receiver = Receiver::start(db.pool(), vec![Step::Apply, maintenance]).await;
+    let sink = batch_publisher(&receiver.url("/batch"), 2);
+    for _ in 0..3 {
+        enqueue(db.pool(), "ok", 10).await;
+    }
+
+    let items = claim(&store, 3).await;
+    let results = sink.deliver_batch(&items).await;
+
+    // First request (two items) applied; the second (one item) hit the maintenance answer.
+    assert_eq!(results[0], Ok(()));
+    assert_eq!(results[1], Ok(()));
+    let err = results[2].as_ref().unwrap_err();
+    assert_eq!(
+        err.kind,
+        FailureKind::Retry {
+            after: Some(Duration::from_secs(2))
+        }
+    );
+    assert!(
+        err.message.contains("HTTP 503 Service Unavailable") && err.message.contains("maintenance"),
+        "{err}"
+    );
+    let sizes: Vec<usize> = receiver.seen().iter().map(|s| s.batch.len()).collect();
+    assert_eq!(sizes, vec![2, 1]);
+    assert_eq!(receiver.total_effects().await, 2);
+    for ((event, _), result) in items.iter().zip(&results) {
+        settle(&store, event, result).await;
+    }
+    assert_eq!(row(db.pool(), items[2].0.event_id).await.status, "pending");
+}
+
+#[tokio::test]
+async fn deliver_in_batch_mode_sends_a_batch_of_one() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let receiver = Receiver::start(db.pool(), vec![]).await;
+    let sink = batch_publisher(&receiver.url("/batch"), 10);
+    let (rejected, _) = enqueue(db.pool(), "reject", 10).await;
+
+    let (outcome, settled) = adapters_support::attempt(&store, &sink).await;
+
+    assert!(outcome.unwrap_err().is_permanent());
+    assert_eq!(settled, Settled::Exhausted);
+    let seen = receiver.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0].batch.iter().map(|e| e.id).collect::<Vec<_>>(),
+        vec![rejected]
+    );
+    assert_eq!(receiver.total_effects().await, 0);
+}

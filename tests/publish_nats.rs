@@ -1,0 +1,235 @@
+//! The NATS JetStream publisher against the real server (127.0.0.1:4222 or `NATS_URL`; these
+//! tests fail, never skip, without one: start it with `nats-server -js`). Each test uses a
+//! stream and a subject prefix of its own. What the receiver recorded is the stream's content.
+
+mod adapters_support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use adapters_support::{
+    LEASE, OrderShipped, Settled, TRACEPARENT, attempt, claim, enqueue, nats, row, settle,
+};
+use async_nats::jetstream;
+use outbox_runtime::publish::Envelope;
+use outbox_runtime::publish::nats::{NatsConfig, NatsPublisher, NatsStats};
+use outbox_runtime::testing::TestDatabase;
+use outbox_runtime::{HandlerError, Sink, Store};
+
+/// A publisher with a unique subject prefix, and (when `with_stream`) a stream of its own with
+/// a two-minute duplicate window. Delete the stream with [`Fixture::cleanup`].
+struct Fixture {
+    publisher: NatsPublisher,
+    stream: String,
+}
+
+impl Fixture {
+    async fn new(with_stream: bool) -> Fixture {
+        let unique = uuid::Uuid::new_v4().simple().to_string();
+        let config = NatsConfig {
+            subject_prefix: format!("t{unique}"),
+            ack_timeout: Duration::from_secs(5),
+        };
+        let publisher = NatsPublisher::new(nats().await, config).unwrap();
+        publisher.check_lease(LEASE).unwrap();
+        let fixture = Fixture {
+            publisher,
+            stream: format!("OUTBOX_TEST_{}", unique.to_uppercase()),
+        };
+        if with_stream {
+            fixture.create_stream().await;
+        }
+        fixture
+    }
+
+    async fn create_stream(&self) {
+        self.publisher
+            .ensure_stream(&self.stream, Duration::from_secs(120))
+            .await
+            .unwrap();
+    }
+
+    async fn stream(&self) -> jetstream::stream::Stream {
+        self.publisher
+            .jetstream()
+            .get_stream(&self.stream)
+            .await
+            .unwrap()
+    }
+
+    async fn messages(&self) -> u64 {
+        self.stream().await.info().await.unwrap().state.messages
+    }
+
+    async fn cleanup(self) {
+        let _ = self.publisher.jetstream().delete_stream(&self.stream).await;
+    }
+}
+
+#[tokio::test]
+async fn the_duplicate_window_drops_a_redelivered_event() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let fx = Fixture::new(true).await;
+    let (event_id, event) = enqueue(db.pool(), "once", 10).await;
+
+    // First attempt: the stream stores it, but the worker never records it (its acknowledgement
+    // was "lost"), so the event is claimed again.
+    let mut claimed = claim(&store, 1).await;
+    let (first, delivery) = claimed.pop().unwrap();
+    assert_eq!(fx.publisher.deliver(&first, &delivery).await, Ok(()));
+    assert_eq!(
+        settle(&store, &first, &Err(HandlerError::retry("ack lost"))).await,
+        Settled::Rescheduled
+    );
+
+    // Second attempt: the same Nats-Msg-Id inside the window; the duplicate ack counts as delivered.
+    let (second, settled) = attempt(&store, &fx.publisher).await;
+    assert_eq!(second, Ok(()));
+    assert_eq!(settled, Settled::Delivered);
+
+    assert_eq!(
+        fx.messages().await,
+        1,
+        "two publishes of one event, one message in the stream"
+    );
+    assert_eq!(
+        fx.publisher.stats(),
+        NatsStats {
+            stored: 1,
+            duplicates: 1
+        }
+    );
+    let done = row(db.pool(), event_id).await;
+    assert_eq!((done.status.as_str(), done.attempts), ("delivered", 2));
+
+    // The stored message: its subject, headers and envelope.
+    let message = fx.stream().await.get_raw_message(1).await.unwrap();
+    assert_eq!(
+        message.subject.as_str(),
+        format!(
+            "{}.test.order_shipped",
+            fx.publisher.config().subject_prefix
+        )
+    );
+    let header = |name: &str| message.headers.get(name).map(|v| v.as_str().to_owned());
+    assert_eq!(header("Nats-Msg-Id"), Some(event_id.to_string()));
+    assert_eq!(header("Outbox-Event-Id"), Some(event_id.to_string()));
+    assert_eq!(
+        header("Outbox-Event-Type").as_deref(),
+        Some("test.order_shipped")
+    );
+    assert_eq!(header("Outbox-Event-Version").as_deref(), Some("3"));
+    assert_eq!(
+        header("Outbox-Attempt").as_deref(),
+        Some("1"),
+        "the stored copy is the first attempt's"
+    );
+    assert_eq!(header("Outbox-Aggregate-Type").as_deref(), Some("order"));
+    assert_eq!(
+        header("Outbox-Aggregate-Id"),
+        Some(event.order_id.to_string())
+    );
+    assert_eq!(header("Outbox-Aggregate-Version").as_deref(), Some("7"));
+    assert_eq!(header("traceparent").as_deref(), Some(TRACEPARENT));
+    let envelope: Envelope = serde_json::from_slice(&message.payload).unwrap();
+    assert_eq!(envelope.id, event_id);
+    assert_eq!(
+        serde_json::from_value::<OrderShipped>(envelope.payload).unwrap(),
+        event
+    );
+    fx.cleanup().await;
+}
+
+#[tokio::test]
+async fn distinct_events_are_distinct_messages() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let fx = Fixture::new(true).await;
+    let mut ids = HashSet::new();
+    for _ in 0..3 {
+        ids.insert(enqueue(db.pool(), "many", 10).await.0);
+    }
+
+    let items = claim(&store, 3).await;
+    let results = fx.publisher.deliver_batch(&items).await;
+    for ((event, _), result) in items.iter().zip(&results) {
+        assert_eq!(settle(&store, event, result).await, Settled::Delivered);
+    }
+
+    assert_eq!(fx.messages().await, 3);
+    let stream = fx.stream().await;
+    let mut stored = HashSet::new();
+    for seq in 1..=3 {
+        let message = stream.get_raw_message(seq).await.unwrap();
+        stored.insert(
+            message
+                .headers
+                .get("Nats-Msg-Id")
+                .unwrap()
+                .as_str()
+                .parse::<uuid::Uuid>()
+                .unwrap(),
+        );
+    }
+    assert_eq!(stored, ids);
+    assert_eq!(
+        fx.publisher.stats(),
+        NatsStats {
+            stored: 3,
+            duplicates: 0
+        }
+    );
+    fx.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_subject_without_a_stream_is_retried_until_the_stream_exists() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let fx = Fixture::new(false).await;
+    let (event_id, _) = enqueue(db.pool(), "early", 10).await;
+
+    let (outcome, settled) = attempt(&store, &fx.publisher).await;
+    let err = outcome.unwrap_err();
+    assert!(!err.is_permanent());
+    assert!(
+        err.message.contains("no JetStream stream captures subject"),
+        "{err}"
+    );
+    assert_eq!(settled, Settled::Rescheduled);
+    let waiting = row(db.pool(), event_id).await;
+    assert_eq!(
+        (waiting.status.as_str(), waiting.handler_failures),
+        ("pending", 1)
+    );
+
+    fx.create_stream().await;
+    assert_eq!(
+        fx.messages().await,
+        0,
+        "nothing reached the stream before it existed"
+    );
+    let (outcome, settled) = attempt(&store, &fx.publisher).await;
+    assert_eq!(outcome, Ok(()));
+    assert_eq!(settled, Settled::Delivered);
+    assert_eq!(fx.messages().await, 1);
+    fx.cleanup().await;
+}
+
+#[tokio::test]
+async fn connecting_to_no_server_says_how_to_start_one() {
+    let port = adapters_support::closed_port();
+    let config = NatsConfig {
+        ack_timeout: Duration::from_secs(2),
+        ..NatsConfig::default()
+    };
+    let err = NatsPublisher::connect(&format!("nats://127.0.0.1:{port}"), config)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cannot connect to NATS") && err.contains("nats-server -js"),
+        "{err}"
+    );
+}
