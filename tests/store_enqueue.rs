@@ -1,0 +1,492 @@
+//! Enqueue: the event commits or rolls back with the business change, operation keys are
+//! idempotent or rejected, payloads are bounded, and the wake-up is one NOTIFY per commit.
+
+mod store_support;
+
+use std::time::Duration;
+
+use outbox_runtime::store::enqueue::event_id_for;
+use outbox_runtime::store::{EnqueueOptions, notify_channel};
+use outbox_runtime::testing::TestDatabase;
+use outbox_runtime::{Error, Event};
+use sqlx::postgres::PgListener;
+use sqlx::{PgPool, Row};
+use store_support::{Note, OrderPlaced, count_rows};
+
+async fn create_orders(pool: &PgPool) {
+    sqlx::query("CREATE TABLE orders (id text PRIMARY KEY, total_cents bigint NOT NULL)")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+async fn count_orders(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM orders")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn place_order(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, id: &str, total: i64) {
+    sqlx::query("INSERT INTO orders (id, total_cents) VALUES ($1, $2)")
+        .bind(id)
+        .bind(total)
+        .execute(&mut **tx)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn rolled_back_business_transaction_leaves_no_event_and_committed_leaves_exactly_one() {
+    let db = TestDatabase::new().await;
+    create_orders(db.pool()).await;
+    let event = OrderPlaced {
+        order_id: "o-1".into(),
+        total_cents: 1250,
+    };
+
+    let mut tx = db.pool().begin().await.unwrap();
+    place_order(&mut tx, "o-1", 1250).await;
+    event.enqueue(&mut tx, "place-order/o-1").await.unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(count_orders(db.pool()).await, 0);
+    assert_eq!(
+        count_rows(db.pool()).await,
+        0,
+        "a rolled-back transaction must leave no event"
+    );
+
+    let mut tx = db.pool().begin().await.unwrap();
+    place_order(&mut tx, "o-1", 1250).await;
+    let id = event.enqueue(&mut tx, "place-order/o-1").await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(count_orders(db.pool()).await, 1);
+    assert_eq!(count_rows(db.pool()).await, 1);
+
+    let row = sqlx::query(
+        "SELECT event_id, event_type, event_version, aggregate_type, aggregate_id, payload, headers, status, attempts,
+                max_attempts, claim_version, available_at <= now() AS available
+         FROM outbox",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(row.get::<uuid::Uuid, _>("event_id"), id);
+    assert_eq!(
+        id,
+        event_id_for("outbox", "place-order/o-1"),
+        "the event id is derived from table and key"
+    );
+    assert_eq!(row.get::<String, _>("event_type"), "order_placed");
+    assert_eq!(row.get::<i32, _>("event_version"), 1);
+    assert_eq!(
+        row.get::<Option<String>, _>("aggregate_type").as_deref(),
+        Some("order")
+    );
+    assert_eq!(
+        row.get::<Option<String>, _>("aggregate_id").as_deref(),
+        Some("o-1")
+    );
+    assert_eq!(
+        row.get::<serde_json::Value, _>("payload"),
+        serde_json::json!({"order_id": "o-1", "total_cents": 1250})
+    );
+    assert_eq!(
+        row.get::<serde_json::Value, _>("headers"),
+        serde_json::json!({})
+    );
+    assert_eq!(row.get::<String, _>("status"), "pending");
+    assert_eq!(row.get::<i32, _>("attempts"), 0);
+    assert_eq!(row.get::<i32, _>("max_attempts"), 10);
+    assert_eq!(row.get::<i64, _>("claim_version"), 0);
+    assert!(row.get::<bool, _>("available"));
+}
+
+#[tokio::test]
+async fn same_key_same_payload_returns_the_existing_id_and_writes_nothing() {
+    let db = TestDatabase::new().await;
+    let event = OrderPlaced {
+        order_id: "o-2".into(),
+        total_cents: 99,
+    };
+
+    let mut tx = db.pool().begin().await.unwrap();
+    let first = event.enqueue(&mut tx, "k").await.unwrap();
+    let again_same_tx = event.enqueue(&mut tx, "k").await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(first, again_same_tx);
+
+    let version_before: String = sqlx::query_scalar("SELECT xmin::text FROM outbox")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    // A retried business command, in a later transaction.
+    let mut tx = db.pool().begin().await.unwrap();
+    let again_later = event.enqueue(&mut tx, "k").await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(first, again_later);
+
+    assert_eq!(count_rows(db.pool()).await, 1);
+    let version_after: String = sqlx::query_scalar("SELECT xmin::text FROM outbox")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        version_before, version_after,
+        "the idempotent repeat must not rewrite the row"
+    );
+}
+
+#[tokio::test]
+async fn same_key_different_payload_is_rejected_and_the_transaction_still_commits() {
+    let db = TestDatabase::new().await;
+    create_orders(db.pool()).await;
+    let original = OrderPlaced {
+        order_id: "o-3".into(),
+        total_cents: 100,
+    };
+    let different = OrderPlaced {
+        order_id: "o-3".into(),
+        total_cents: 200,
+    };
+
+    let mut tx = db.pool().begin().await.unwrap();
+    let original_id = original.enqueue(&mut tx, "k").await.unwrap();
+    tx.commit().await.unwrap();
+
+    let mut tx = db.pool().begin().await.unwrap();
+    place_order(&mut tx, "o-3", 200).await;
+    match different.enqueue(&mut tx, "k").await {
+        Err(Error::OperationKeyReused {
+            operation_key,
+            existing_event_id,
+        }) => {
+            assert_eq!(operation_key, "k");
+            assert_eq!(existing_event_id, original_id);
+        }
+        other => panic!("expected OperationKeyReused, got {other:?}"),
+    }
+    // Also a different event type under the same key.
+    let note = Note { text: "x".into() };
+    assert!(matches!(
+        note.enqueue(&mut tx, "k").await,
+        Err(Error::OperationKeyReused { .. })
+    ));
+    // The transaction is not aborted: it can still write and commit its other work.
+    place_order(&mut tx, "o-4", 1).await;
+    Note {
+        text: "other".into(),
+    }
+    .enqueue(&mut tx, "other-key")
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+
+    assert_eq!(count_orders(db.pool()).await, 2);
+    assert_eq!(count_rows(db.pool()).await, 2);
+    let payload: serde_json::Value =
+        sqlx::query_scalar("SELECT payload FROM outbox WHERE operation_key = 'k'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        payload["total_cents"], 100,
+        "the stored event keeps the original payload"
+    );
+
+    // Within one transaction as well.
+    let mut tx = db.pool().begin().await.unwrap();
+    original.enqueue(&mut tx, "k2").await.unwrap();
+    assert!(matches!(
+        different.enqueue(&mut tx, "k2").await,
+        Err(Error::OperationKeyReused { .. })
+    ));
+    tx.commit().await.unwrap();
+    assert_eq!(count_rows(db.pool()).await, 3);
+}
+
+/// The READ COMMITTED corner: the conflicting row is committed by another transaction after
+/// the enqueue statement took its snapshot, so the statement cannot see it and must look again.
+#[tokio::test]
+async fn a_key_committed_concurrently_is_found_without_aborting_the_transaction() {
+    let db = TestDatabase::new().await;
+    let event = OrderPlaced {
+        order_id: "o-5".into(),
+        total_cents: 5,
+    };
+    let different = OrderPlaced {
+        order_id: "o-5".into(),
+        total_cents: 6,
+    };
+
+    for (second, expect_same) in [(&event, true), (&different, false)] {
+        let key = format!("race-{expect_same}");
+        let mut first_tx = db.pool().begin().await.unwrap();
+        let first_id = event.enqueue(&mut first_tx, &key).await.unwrap();
+
+        let pool = db.pool().clone();
+        let second = second.clone();
+        let key2 = key.clone();
+        let racer = tokio::spawn(async move {
+            let mut tx = pool.begin().await.unwrap();
+            // Blocks on the first transaction's uncommitted row until it commits.
+            let outcome = second.enqueue(&mut tx, &key2).await;
+            sqlx::query("SELECT 1")
+                .execute(&mut *tx)
+                .await
+                .expect("the transaction is still usable");
+            tx.commit().await.unwrap();
+            outcome
+        });
+        // Make sure the racer is waiting on our row lock before we commit.
+        wait_for_lock_wait(db.pool()).await;
+        first_tx.commit().await.unwrap();
+
+        match (racer.await.unwrap(), expect_same) {
+            (Ok(id), true) => assert_eq!(id, first_id),
+            (
+                Err(Error::OperationKeyReused {
+                    existing_event_id, ..
+                }),
+                false,
+            ) => assert_eq!(existing_event_id, first_id),
+            (other, _) => panic!("unexpected outcome {other:?} (same payload: {expect_same})"),
+        }
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE operation_key = $1")
+            .bind(&key)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+}
+
+async fn wait_for_lock_wait(pool: &PgPool) {
+    for _ in 0..200 {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the second enqueue never waited on the first transaction's row");
+}
+
+#[tokio::test]
+async fn payload_over_the_limit_is_refused_before_anything_is_written() {
+    let db = TestDatabase::new().await;
+    let mut tx = db.pool().begin().await.unwrap();
+
+    let small_limit = EnqueueOptions {
+        max_payload_bytes: 100,
+        ..Default::default()
+    };
+    let note = Note {
+        text: "x".repeat(200),
+    };
+    match note.enqueue_with(&mut tx, "big", &small_limit).await {
+        Err(Error::PayloadTooLarge {
+            event_type,
+            size,
+            limit,
+        }) => {
+            assert_eq!(event_type, "note");
+            assert_eq!(size, serde_json::to_vec(&note).unwrap().len());
+            assert_eq!(limit, 100);
+        }
+        other => panic!("expected PayloadTooLarge, got {other:?}"),
+    }
+    // The default limit is 256 KiB.
+    let huge = Note {
+        text: "y".repeat(300 * 1024),
+    };
+    assert!(matches!(
+        huge.enqueue(&mut tx, "huge").await,
+        Err(Error::PayloadTooLarge { limit: 262_144, .. })
+    ));
+    let just_fits = Note {
+        text: "z".repeat(256 * 1024 - 20),
+    };
+    just_fits.enqueue(&mut tx, "fits").await.unwrap();
+    tx.commit().await.unwrap();
+
+    let keys: Vec<String> = sqlx::query_scalar("SELECT operation_key FROM outbox")
+        .fetch_all(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(keys, vec!["fits".to_owned()]);
+}
+
+#[tokio::test]
+async fn options_set_attempts_headers_and_delay() {
+    let db = TestDatabase::new().await;
+    let options = EnqueueOptions {
+        max_attempts: 3,
+        headers: Some(serde_json::json!({"traceparent": "00-abc-def-01"})),
+        delay: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let mut tx = db.pool().begin().await.unwrap();
+    Note {
+        text: "later".into(),
+    }
+    .enqueue_with(&mut tx, "later", &options)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let row = sqlx::query(
+        "SELECT max_attempts, headers, extract(epoch FROM available_at - now())::float8 AS delay_s FROM outbox",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(row.get::<i32, _>("max_attempts"), 3);
+    assert_eq!(
+        row.get::<serde_json::Value, _>("headers")["traceparent"],
+        "00-abc-def-01"
+    );
+    let delay: f64 = row.get("delay_s");
+    assert!(
+        (3590.0..=3600.0).contains(&delay),
+        "available_at is now() + delay by the database clock, got {delay}"
+    );
+
+    let mut tx = db.pool().begin().await.unwrap();
+    let bad = EnqueueOptions {
+        max_attempts: 0,
+        ..Default::default()
+    };
+    assert!(matches!(
+        Note { text: "x".into() }
+            .enqueue_with(&mut tx, "x", &bad)
+            .await,
+        Err(Error::Config(_))
+    ));
+}
+
+/// Receive notifications on the default channel for a moment; returns how many arrived.
+async fn drain_notifications(listener: &mut PgListener, wait: Duration) -> usize {
+    let mut n = 0;
+    while let Ok(received) = tokio::time::timeout(wait, listener.recv()).await {
+        let notification = received.unwrap();
+        assert_eq!(notification.channel(), "outbox");
+        assert_eq!(notification.payload(), "");
+        n += 1;
+    }
+    n
+}
+
+#[tokio::test]
+async fn one_notification_per_committed_transaction_none_when_off_or_rolled_back() {
+    let db = TestDatabase::new().await;
+    let mut listener = PgListener::connect(&db.url()).await.unwrap();
+    listener.listen(&notify_channel("outbox")).await.unwrap();
+    let wait = Duration::from_millis(500);
+
+    // Three events in one transaction: nothing before commit, exactly one after.
+    let mut tx = db.pool().begin().await.unwrap();
+    for i in 0..3 {
+        Note {
+            text: format!("n{i}"),
+        }
+        .enqueue(&mut tx, &format!("n{i}"))
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        drain_notifications(&mut listener, wait).await,
+        0,
+        "NOTIFY is delivered on commit, not before"
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(drain_notifications(&mut listener, wait).await, 1);
+
+    // Notify switched off.
+    let quiet = EnqueueOptions {
+        notify: false,
+        ..Default::default()
+    };
+    let mut tx = db.pool().begin().await.unwrap();
+    for i in 0..3 {
+        Note {
+            text: format!("q{i}"),
+        }
+        .enqueue_with(&mut tx, &format!("q{i}"), &quiet)
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+    assert_eq!(drain_notifications(&mut listener, wait).await, 0);
+
+    // Rolled back.
+    let mut tx = db.pool().begin().await.unwrap();
+    for i in 0..3 {
+        Note {
+            text: format!("r{i}"),
+        }
+        .enqueue(&mut tx, &format!("r{i}"))
+        .await
+        .unwrap();
+    }
+    tx.rollback().await.unwrap();
+    assert_eq!(drain_notifications(&mut listener, wait).await, 0);
+
+    // An idempotent repeat writes nothing and wakes nobody.
+    let mut tx = db.pool().begin().await.unwrap();
+    Note { text: "n0".into() }
+        .enqueue(&mut tx, "n0")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(drain_notifications(&mut listener, wait).await, 0);
+
+    assert_eq!(count_rows(db.pool()).await, 6);
+}
+
+/// NOTIFY serialises committing transactions: measure its cost (printed, not asserted).
+#[tokio::test]
+async fn measure_notify_cost() {
+    let db = TestDatabase::with_pool_size(8).await;
+    for notify in [false, true, false, true] {
+        let started = std::time::Instant::now();
+        let tasks: Vec<_> = (0..8)
+            .map(|t| {
+                let pool = db.pool().clone();
+                tokio::spawn(async move {
+                    let options = EnqueueOptions {
+                        notify,
+                        ..Default::default()
+                    };
+                    for i in 0..250 {
+                        let mut tx = pool.begin().await.unwrap();
+                        Note {
+                            text: format!("{t}/{i}"),
+                        }
+                        .enqueue_with(
+                            &mut tx,
+                            &format!("{notify}/{t}/{i}/{}", started.elapsed().as_nanos()),
+                            &options,
+                        )
+                        .await
+                        .unwrap();
+                        tx.commit().await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let elapsed = started.elapsed();
+        println!(
+            "notify={notify}: 2000 single-event transactions on 8 connections in {elapsed:?} ({:.0} tx/s)",
+            2000.0 / elapsed.as_secs_f64()
+        );
+    }
+    assert_eq!(count_rows(db.pool()).await, 8000);
+}

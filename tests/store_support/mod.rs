@@ -1,0 +1,206 @@
+//! Shared helpers of the `store_*` tests: hand-written event types (the derive is tested
+//! elsewhere) and direct reads of the outbox rows, so every test asserts database state.
+#![allow(dead_code)] // each test file uses a different subset
+
+use outbox_runtime::Event;
+use outbox_runtime::contract::Contract;
+use serde::{Deserialize, Serialize};
+use sqlx::{PgPool, Row};
+
+/// An event with an aggregate, written to the default table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OrderPlaced {
+    pub order_id: String,
+    pub total_cents: i64,
+}
+
+impl Event for OrderPlaced {
+    const NAME: &'static str = "order_placed";
+    const VERSION: u32 = 1;
+    const TABLE: &'static str = "outbox";
+    const AGGREGATE_TYPE: Option<&'static str> = Some("order");
+    type Current = OrderPlaced;
+
+    fn into_current(self) -> Self {
+        self
+    }
+    fn aggregate_id(&self) -> Option<String> {
+        Some(self.order_id.clone())
+    }
+    fn aggregate_version(&self) -> Option<i64> {
+        None
+    }
+    fn contract() -> Contract {
+        trivial_contract(Self::NAME, Self::VERSION)
+    }
+}
+
+/// An event without aggregate, with a payload of any size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Note {
+    pub text: String,
+}
+
+impl Event for Note {
+    const NAME: &'static str = "note";
+    const VERSION: u32 = 1;
+    const TABLE: &'static str = "outbox";
+    const AGGREGATE_TYPE: Option<&'static str> = None;
+    type Current = Note;
+
+    fn into_current(self) -> Self {
+        self
+    }
+    fn aggregate_id(&self) -> Option<String> {
+        None
+    }
+    fn aggregate_version(&self) -> Option<i64> {
+        None
+    }
+    fn contract() -> Contract {
+        trivial_contract(Self::NAME, Self::VERSION)
+    }
+}
+
+/// An event written to a second outbox table, `audit_outbox`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    pub what: String,
+}
+
+impl Event for AuditEntry {
+    const NAME: &'static str = "audit_entry";
+    const VERSION: u32 = 1;
+    const TABLE: &'static str = "audit_outbox";
+    const AGGREGATE_TYPE: Option<&'static str> = None;
+    type Current = AuditEntry;
+
+    fn into_current(self) -> Self {
+        self
+    }
+    fn aggregate_id(&self) -> Option<String> {
+        None
+    }
+    fn aggregate_version(&self) -> Option<i64> {
+        None
+    }
+    fn contract() -> Contract {
+        trivial_contract(Self::NAME, Self::VERSION)
+    }
+}
+
+fn trivial_contract(name: &'static str, version: u32) -> Contract {
+    Contract {
+        name,
+        version,
+        type_name: name,
+        shape: serde_json::json!({"type": "object"}),
+    }
+}
+
+/// Write `n` notes through the real enqueue path, in transactions of up to 1,000.
+pub async fn enqueue_notes(pool: &PgPool, prefix: &str, n: usize) -> Vec<uuid::Uuid> {
+    let mut ids = Vec::with_capacity(n);
+    let options = outbox_runtime::store::EnqueueOptions {
+        notify: false,
+        ..Default::default()
+    };
+    for chunk_start in (0..n).step_by(1000) {
+        let mut tx = pool.begin().await.unwrap();
+        for i in chunk_start..(chunk_start + 1000).min(n) {
+            let note = Note {
+                text: format!("{prefix} {i}"),
+            };
+            ids.push(
+                note.enqueue_with(&mut tx, &format!("{prefix}-{i}"), &options)
+                    .await
+                    .unwrap(),
+            );
+        }
+        tx.commit().await.unwrap();
+    }
+    ids
+}
+
+/// Seed many rows of `status` directly with one INSERT (scaffolding for plan tests, where
+/// hundreds of thousands of rows are needed fast; the enqueue path has its own tests).
+pub async fn bulk_insert(pool: &PgPool, prefix: &str, n: i64, status: &str) {
+    sqlx::query(
+        "INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload,
+                             status, delivered_at, available_at)
+         SELECT gen_random_uuid(), $1 || '-' || g, '\\x00', 'note', 1, jsonb_build_object('n', g),
+                $3, CASE WHEN $3 = 'delivered' THEN now() END, now() - interval '1 second'
+         FROM generate_series(1, $2) AS g",
+    )
+    .bind(prefix)
+    .bind(n)
+    .bind(status)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// One outbox row as the database records it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowState {
+    pub id: i64,
+    pub status: String,
+    pub claim_version: i64,
+    pub claimed_by: Option<String>,
+    pub attempts: i32,
+    pub lease_expiries: i32,
+    pub handler_failures: i32,
+    pub last_error: Option<String>,
+    pub lease_live: Option<bool>,
+}
+
+/// The state of row `id` in `table`.
+pub async fn row_state(pool: &PgPool, id: i64) -> RowState {
+    all_rows(pool)
+        .await
+        .into_iter()
+        .find(|r| r.id == id)
+        .unwrap_or_else(|| panic!("no outbox row {id}"))
+}
+
+/// Every row of the default table, by id.
+pub async fn all_rows(pool: &PgPool) -> Vec<RowState> {
+    sqlx::query(
+        "SELECT id, status, claim_version, claimed_by, attempts, lease_expiries, handler_failures, last_error,
+                lease_until > now() AS lease_live
+         FROM outbox ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| RowState {
+        id: r.get("id"),
+        status: r.get("status"),
+        claim_version: r.get("claim_version"),
+        claimed_by: r.get("claimed_by"),
+        attempts: r.get("attempts"),
+        lease_expiries: r.get("lease_expiries"),
+        handler_failures: r.get("handler_failures"),
+        last_error: r.get("last_error"),
+        lease_live: r.get("lease_live"),
+    })
+    .collect()
+}
+
+/// Rows per status in the default table.
+pub async fn count_status(pool: &PgPool, status: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = $1")
+        .bind(status)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Rows in the default table.
+pub async fn count_rows(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM outbox")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
