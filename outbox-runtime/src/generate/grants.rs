@@ -1,0 +1,65 @@
+//! Least privilege: the grants for an enqueuer role and a worker role.
+//!
+//! The roles themselves are the operator's (`CREATE ROLE ... LOGIN PASSWORD ...`); this only
+//! writes the GRANT statements, so they can go into a migration or be applied by hand.
+
+use crate::error::{Error, Result};
+
+/// Grants on one outbox table (template; `{table}`, `{enqueuer}`, `{worker}`).
+const TABLE_GRANTS: &str = include_str!("sql/grants.sql");
+/// Grant on the contract registry (template; `{worker}`).
+const REGISTRY_GRANTS: &str = include_str!("sql/grants_registry.sql");
+
+/// The GRANT statements giving `enqueuer` the right to enqueue into `tables` and `worker` the
+/// right to claim, complete, fail, retry and purge them.
+///
+/// Table and role names must be plain lowercase identifiers (`[a-z_][a-z0-9_]*`, at most 63
+/// characters); anything else is refused rather than quoted into SQL.
+pub fn grants_sql(tables: &[&str], enqueuer: &str, worker: &str) -> Result<String> {
+    validate_role_name(enqueuer)?;
+    validate_role_name(worker)?;
+    if enqueuer == worker {
+        return Err(Error::Config(format!(
+            "the enqueuer and the worker role are both `{enqueuer}`; use two roles, so a service that enqueues cannot \
+             change delivery state"
+        )));
+    }
+    let mut sql = String::new();
+    for table in tables {
+        crate::store::validate_table_name(table)?;
+        sql.push_str(
+            &TABLE_GRANTS
+                .replace("{table}", table)
+                .replace("{enqueuer}", enqueuer)
+                .replace("{worker}", worker),
+        );
+        sql.push('\n');
+    }
+    sql.push_str(&REGISTRY_GRANTS.replace("{worker}", worker));
+    Ok(sql)
+}
+
+/// Role names follow the table name rule: spliced into SQL, so only plain identifiers.
+fn validate_role_name(role: &str) -> Result<()> {
+    crate::store::validate_table_name(role).map_err(|_| {
+        Error::Config(format!(
+            "`{role}` is not a usable role name here: use 1 to 63 lowercase ASCII letters, digits and underscores, \
+             starting with a letter or underscore"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_unsafe_names() {
+        assert!(grants_sql(&["outbox"], "app; DROP TABLE outbox", "w").is_err());
+        assert!(grants_sql(&["Outbox"], "e", "w").is_err());
+        assert!(grants_sql(&["outbox"], "same", "same").is_err());
+        let sql = grants_sql(&["outbox", "order_outbox"], "enq", "wrk").unwrap();
+        assert!(sql.contains("ON order_outbox TO enq;"));
+        assert!(sql.contains("GRANT SELECT ON outbox_contracts TO wrk;"));
+    }
+}
