@@ -35,3 +35,25 @@ pub trait Sink: Send + Sync + 'static {
         })
     }
 }
+
+/// A shared sink is a sink: one `Arc<dyn Sink>` (or `Arc<MySink>`) can feed several workers.
+impl<S: Sink + ?Sized> Sink for std::sync::Arc<S> {
+    fn deliver<'a>(
+        &'a self,
+        event: &'a ClaimedEvent,
+        delivery: &'a Delivery,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        (**self).deliver(event, delivery)
+    }
+
+    fn max_batch(&self) -> usize {
+        (**self).max_batch()
+    }
+
+    fn deliver_batch<'a>(
+        &'a self,
+        items: &'a [(ClaimedEvent, Delivery)],
+    ) -> BoxFuture<'a, Vec<Result<(), HandlerError>>> {
+        (**self).deliver_batch(items)
+    }
+}

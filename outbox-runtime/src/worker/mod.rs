@@ -1,1 +1,372 @@
-//! The worker: claimer, renewer, completer, maintenance and listener. OWNER: issue 4.
+//! The worker: claims committed events, delivers them to a [`Sink`] at least once, and writes
+//! back the outcome, fenced by the claim.
+//!
+//! ```text
+//!             NOTIFY / poll tick / free slot
+//!                        |
+//!   listener ------> claimer --claim_batch(free slots)--> executor tasks (<= concurrency)
+//!                                                           |  ok        | error / panic
+//!   renewer: renew_many_if_owned(in-flight) every lease/3   v            v
+//!            lost -> Delivery::lease_lost cancelled      completer    fail_if_owned
+//!                                                 (complete_many_if_owned in batches)
+//!   maintenance (one leader per table, advisory lock): recover_expired, purge_delivered, gauges
+//! ```
+//!
+//! One file per part: [`config`] (knobs and defaults), `claimer.rs`, `executor.rs` (one delivery:
+//! span, panic catching, outcome), `renewer.rs`, `completer.rs`, `maintenance.rs`,
+//! `listener.rs`, `shutdown.rs` (the handle and the drain), [`metrics`] and [`events`] (the test
+//! hook).
+//!
+//! # Guarantees
+//!
+//! - **At least once.** An event is completed only after the sink returned `Ok`. A worker that
+//!   dies, hangs or loses its lease leaves the event to be delivered again by another worker after
+//!   the lease. Receivers must deduplicate by [`crate::Delivery::idempotency_key`]; nothing here
+//!   makes external effects happen exactly once.
+//! - **Fenced.** Every completion, renewal, failure and release presents the claim's
+//!   `claim_version`. A worker whose lease ran out has its completion rejected; it is counted in
+//!   `outbox_stale_completions_total` and logged.
+//! - **No transaction spans a delivery.** The claim commits before the sink is called; the sink
+//!   runs with no connection held by the worker.
+//!
+//! # Ordering
+//!
+//! With [`WorkerBuilder::ordered`], an event is claimable only when no earlier event of its
+//! aggregate (same aggregate type and id, lower row id) is `pending` or `processing`, so one
+//! aggregate's events are delivered one at a time, in the order they were enqueued, across all
+//! workers and processes. Different aggregates proceed in parallel; events without an aggregate
+//! are not ordered.
+//!
+//! **An exhausted event does not block its aggregate.** Once an event used up its attempts (or
+//! failed permanently), later events of the same aggregate are delivered. The alternative, a
+//! stuck aggregate until an operator acts, turns one poison payload into an outage of that
+//! aggregate; we chose progress, and the exhausted event stays visible (`outbox_exhausted` gauge,
+//! `outbox status`) for an operator to retry. Handlers that cannot tolerate a gap should check
+//! the aggregate version they receive.
+//!
+//! # Shutdown
+//!
+//! [`WorkerHandle::shutdown`] stops claiming, lets running deliveries finish within
+//! [`WorkerBuilder::shutdown_deadline`], hands claimed-but-unstarted events back without
+//! charging an attempt, writes pending completions, then cancels the remaining deliveries'
+//! `lease_lost` tokens and, after a short grace, abandons them (recorded as a failed attempt so
+//! they are retried at once by another worker).
+//!
+//! # Example
+//!
+//! ```no_run
+//! # async fn run(pool: sqlx::PgPool, dispatcher: impl outbox_runtime::Sink) -> outbox_runtime::error::Result<()> {
+//! use std::time::Duration;
+//! use outbox_runtime::worker::Worker;
+//!
+//! let worker = Worker::builder(pool, dispatcher)
+//!     .concurrency(32)
+//!     .lease(Duration::from_secs(60))
+//!     .start()
+//!     .await?;
+//! tokio::signal::ctrl_c().await.ok();
+//! worker.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod claimer;
+mod completer;
+pub mod config;
+pub mod events;
+mod executor;
+mod inflight;
+mod listener;
+mod maintenance;
+pub mod metrics;
+mod renewer;
+mod shutdown;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+pub use config::{RetryPolicy, WorkerConfig};
+pub use events::WorkerEvent;
+pub use listener::application_name as listener_application_name;
+pub use maintenance::MaintenanceCounts;
+pub use metrics::WorkerCounters;
+pub use shutdown::WorkerHandle;
+
+use crate::error::Result;
+use crate::sink::Sink;
+use crate::store::{DEFAULT_TABLE, Store};
+use events::Hook;
+use inflight::InFlight;
+use metrics::Counters;
+
+/// A configured worker, ready to [`Worker::start`].
+pub struct Worker {
+    pool: PgPool,
+    sink: Arc<dyn Sink>,
+    config: WorkerConfig,
+    hook: Hook,
+    start_gate: Option<Arc<Semaphore>>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// Start configuring a worker that delivers the events of `pool`'s outbox table to `sink`
+    /// (a [`crate::Dispatcher`], a publisher, or any [`Sink`]; an `Arc<dyn Sink>` works too).
+    pub fn builder(pool: PgPool, sink: impl Sink) -> WorkerBuilder {
+        WorkerBuilder {
+            pool,
+            sink: Arc::new(sink),
+            config: WorkerConfig::new(DEFAULT_TABLE),
+            hook: Hook::default(),
+            start_gate: None,
+        }
+    }
+
+    /// The configuration this worker runs with.
+    pub fn config(&self) -> &WorkerConfig {
+        &self.config
+    }
+
+    /// Check the database's contracts, then start every part of the worker on the current
+    /// Tokio runtime. Refuses to start when the database disagrees with the compiled event
+    /// contracts ([`crate::generate::verify_database_contracts`]).
+    pub async fn start(self) -> Result<WorkerHandle> {
+        crate::generate::verify_database_contracts(&self.pool).await?;
+        let store = if self.config.table == DEFAULT_TABLE {
+            Store::new(self.pool.clone())
+        } else {
+            Store::for_table(self.pool.clone(), &self.config.table)?
+        };
+        let shared = Arc::new(Shared {
+            counters: Counters::new(&self.config.table),
+            store,
+            sink: self.sink,
+            config: self.config,
+            inflight: InFlight::default(),
+            hook: self.hook,
+            wake: Notify::new(),
+            claim_stop: CancellationToken::new(),
+            work_cancel: CancellationToken::new(),
+            abort: CancellationToken::new(),
+            start_gate: self.start_gate,
+        });
+        tracing::info!(
+            worker = %shared.config.name,
+            table = %shared.config.table,
+            concurrency = shared.config.concurrency,
+            lease_ms = shared.config.lease.as_millis() as u64,
+            ordered = shared.config.ordered,
+            listen = shared.config.listen,
+            "outbox worker starting"
+        );
+        Ok(shutdown::spawn(shared))
+    }
+
+    /// Start, run until `signal` completes (for example `tokio::signal::ctrl_c()`), then shut
+    /// down gracefully. Returns what the worker counted.
+    pub async fn run_until(self, signal: impl Future<Output = ()>) -> Result<WorkerCounters> {
+        let handle = self.start().await?;
+        signal.await;
+        handle.shutdown().await;
+        Ok(handle.counters())
+    }
+}
+
+/// Builds a [`Worker`]. Every setter has a documented default (see [`WorkerConfig`]).
+pub struct WorkerBuilder {
+    pool: PgPool,
+    sink: Arc<dyn Sink>,
+    config: WorkerConfig,
+    hook: Hook,
+    start_gate: Option<Arc<Semaphore>>,
+}
+
+impl std::fmt::Debug for WorkerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerBuilder {
+    /// Outbox table (default `outbox`).
+    pub fn table(mut self, table: &str) -> Self {
+        self.config.table = table.to_owned();
+        self
+    }
+
+    /// Worker name, recorded in `locked_by` (default `<host>-<pid>-<random>`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.config.name = name.into();
+        self
+    }
+
+    /// Deliveries running at once (default 16).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.config.concurrency = n;
+        self
+    }
+
+    /// Most events claimed per statement (default 16; never more than the free slots).
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.config.batch_size = n;
+        self
+    }
+
+    /// Lease of each claim (default 30 s).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease;
+        self
+    }
+
+    /// Renew leases of running deliveries (default true).
+    pub fn renewal(mut self, on: bool) -> Self {
+        self.config.renewal = on;
+        self
+    }
+
+    /// How often leases are renewed (default a third of the lease).
+    pub fn renew_interval(mut self, every: Duration) -> Self {
+        self.config.renew_interval = Some(every);
+        self
+    }
+
+    /// Backoff between attempts (default 1 s doubling up to 5 min, jittered).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.config.retry = policy;
+        self
+    }
+
+    /// Fallback poll interval (default 2 s).
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.config.poll_interval = every;
+        self
+    }
+
+    /// Wake up on LISTEN/NOTIFY (default true); `false` for poll-only mode behind a
+    /// transaction-mode pooler.
+    pub fn listen(mut self, on: bool) -> Self {
+        self.config.listen = on;
+        self
+    }
+
+    /// Per-aggregate ordering (default false). See the module docs for what an exhausted event
+    /// does to its aggregate.
+    pub fn ordered(mut self, on: bool) -> Self {
+        self.config.ordered = on;
+        self
+    }
+
+    /// Purge delivered events older than this (default 7 days); `None` keeps them.
+    pub fn retention(mut self, keep: Option<Duration>) -> Self {
+        self.config.retention = keep;
+        self
+    }
+
+    /// Run maintenance (recovery, purge, gauges) when this worker is the leader (default true).
+    pub fn maintenance(mut self, on: bool) -> Self {
+        self.config.maintenance = on;
+        self
+    }
+
+    /// How often maintenance runs (default 5 s).
+    pub fn maintenance_interval(mut self, every: Duration) -> Self {
+        self.config.maintenance_interval = every;
+        self
+    }
+
+    /// Rows per maintenance statement (default 1000).
+    pub fn maintenance_batch(mut self, rows: i64) -> Self {
+        self.config.maintenance_batch = rows;
+        self
+    }
+
+    /// Completions per statement (default 64) and how long to wait to fill one (default 5 ms).
+    pub fn completion_batch(mut self, max: usize, flush_after: Duration) -> Self {
+        self.config.completion_batch = max;
+        self.config.completion_flush = flush_after;
+        self
+    }
+
+    /// How long shutdown waits for running deliveries (default 30 s).
+    pub fn shutdown_deadline(mut self, deadline: Duration) -> Self {
+        self.config.shutdown_deadline = deadline;
+        self
+    }
+
+    /// Report what the worker does to `tx` (a test hook; see [`WorkerEvent`]).
+    pub fn events(mut self, tx: UnboundedSender<WorkerEvent>) -> Self {
+        self.hook = Hook::new(Some(tx));
+        self
+    }
+
+    /// Test hook: every delivery waits for one permit of `gate` before calling the sink, and a
+    /// shutdown during that wait hands the claim back unstarted. Lets tests hold claimed events
+    /// "claimed but not started" deterministically.
+    #[doc(hidden)]
+    pub fn start_gate(mut self, gate: Arc<Semaphore>) -> Self {
+        self.start_gate = Some(gate);
+        self
+    }
+
+    /// Replace the whole configuration.
+    pub fn config(mut self, config: WorkerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Validate the configuration.
+    pub fn build(self) -> Result<Worker> {
+        self.config.validate()?;
+        Ok(Worker {
+            pool: self.pool,
+            sink: self.sink,
+            config: self.config,
+            hook: self.hook,
+            start_gate: self.start_gate,
+        })
+    }
+
+    /// [`WorkerBuilder::build`], then [`Worker::start`].
+    pub async fn start(self) -> Result<WorkerHandle> {
+        self.build()?.start().await
+    }
+}
+
+/// What every part of one worker shares.
+pub(crate) struct Shared {
+    pub(crate) store: Store,
+    pub(crate) sink: Arc<dyn Sink>,
+    pub(crate) config: WorkerConfig,
+    pub(crate) inflight: InFlight,
+    pub(crate) counters: Counters,
+    pub(crate) hook: Hook,
+    /// The listener's wake-up for the claimer (a stored permit, so none is lost while claiming).
+    pub(crate) wake: Notify,
+    /// Phase one of shutdown: stop claiming; unstarted claims are handed back.
+    pub(crate) claim_stop: CancellationToken,
+    /// Phase two: the deadline passed; every delivery's `lease_lost` token is a child of this.
+    pub(crate) work_cancel: CancellationToken,
+    /// Phase three: deliveries that ignored `work_cancel` are abandoned.
+    pub(crate) abort: CancellationToken,
+    pub(crate) start_gate: Option<Arc<Semaphore>>,
+}
+
+/// `d` scaled by a random factor in [0.9, 1.1], so workers started together poll apart.
+pub(crate) fn jittered(d: Duration) -> Duration {
+    use rand::Rng;
+    d.mul_f64(rand::rng().random_range(0.9..=1.1))
+}

@@ -1,0 +1,100 @@
+//! Fills free delivery slots with claimed events: one `claim_batch` per wake-up, never more
+//! events than free slots, each started as a task under the concurrency limit.
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::task::TaskTracker;
+
+use super::events::WorkerEvent;
+use super::executor::Executor;
+use super::{Shared, jittered};
+use crate::error::Result;
+
+pub(crate) struct Claimer {
+    pub(crate) shared: Arc<Shared>,
+    /// One permit per delivery slot (`concurrency` in all).
+    pub(crate) slots: Arc<Semaphore>,
+    /// Where delivery tasks run; shutdown waits on it.
+    pub(crate) tasks: TaskTracker,
+    pub(crate) executor: Executor,
+}
+
+impl Claimer {
+    /// Claim until shutdown begins. Each turn waits for a free slot, claims up to the free
+    /// slots, and then either goes straight on (a full batch: more may be waiting) or waits for
+    /// a notification or the jittered poll tick.
+    pub(crate) async fn run(self) {
+        let stop = self.shared.claim_stop.clone();
+        loop {
+            let first = tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
+                permit = self.slots.clone().acquire_owned() => match permit {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+            };
+            let permits = self.take_free_slots(first);
+            let requested = permits.len();
+            let full = match self.claim_into(permits).await {
+                Ok(claimed) => claimed == requested,
+                Err(e) => {
+                    tracing::warn!(error = %e, worker = %self.shared.config.name, "claiming failed; trying again after the poll interval");
+                    false
+                }
+            };
+            if full {
+                continue;
+            }
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
+                () = self.shared.wake.notified() => {}
+                () = tokio::time::sleep(jittered(self.shared.config.poll_interval)) => {}
+            }
+        }
+    }
+
+    fn take_free_slots(&self, first: OwnedSemaphorePermit) -> Vec<OwnedSemaphorePermit> {
+        let mut permits = vec![first];
+        while permits.len() < self.shared.config.batch_size {
+            match self.slots.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
+            }
+        }
+        permits
+    }
+
+    /// Claim `permits.len()` events at most and start one task per event; surplus permits go
+    /// back when this returns.
+    async fn claim_into(&self, permits: Vec<OwnedSemaphorePermit>) -> Result<usize> {
+        let shared = &self.shared;
+        let limit = i64::try_from(permits.len()).unwrap_or(i64::MAX);
+        let events = shared
+            .store
+            .claim_batch(
+                &shared.config.name,
+                limit,
+                shared.config.lease,
+                shared.config.ordered,
+            )
+            .await?;
+        if events.is_empty() {
+            return Ok(0);
+        }
+        let claimed = events.len();
+        shared
+            .hook
+            .emit(|| WorkerEvent::ClaimedBatch(events.iter().map(|e| e.claim()).collect()));
+        tracing::debug!(claimed, worker = %shared.config.name, "claimed a batch");
+        for (event, slot) in events.into_iter().zip(permits) {
+            let lease_lost = shared.work_cancel.child_token();
+            shared.inflight.register(event.claim(), lease_lost.clone());
+            self.tasks
+                .spawn(self.executor.clone().run(event, lease_lost, slot));
+        }
+        Ok(claimed)
+    }
+}

@@ -1,0 +1,104 @@
+//! Writes successful deliveries back in batches: collects completed claims for a few
+//! milliseconds (or until the batch is full) and completes them with one fenced statement.
+//! Claims the database rejects were lost before the completion arrived: counted as stale.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::time::Instant;
+
+use super::Shared;
+use super::events::WorkerEvent;
+use crate::store::Claim;
+
+/// Attempts at writing one batch before leaving it to lease expiry (and redelivery).
+const WRITE_ATTEMPTS: u32 = 5;
+
+pub(crate) struct Completer {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) completions: UnboundedReceiver<Claim>,
+}
+
+impl Completer {
+    /// Run until every sender (the claimer and all delivery tasks) is gone, then flush the rest.
+    pub(crate) async fn run(mut self) {
+        let max = self.shared.config.completion_batch;
+        let mut batch = Vec::with_capacity(max);
+        loop {
+            let Some(first) = self.completions.recv().await else {
+                break;
+            };
+            batch.push(first);
+            let flush_at = Instant::now() + self.shared.config.completion_flush;
+            let mut closed = false;
+            while batch.len() < max {
+                tokio::select! {
+                    next = self.completions.recv() => match next {
+                        Some(claim) => batch.push(claim),
+                        None => { closed = true; break }
+                    },
+                    () = tokio::time::sleep_until(flush_at) => break,
+                }
+            }
+            self.flush(&mut batch).await;
+            if closed {
+                break;
+            }
+        }
+    }
+
+    /// Complete `batch` in one statement; returns (completed, stale).
+    async fn flush(&self, batch: &mut Vec<Claim>) -> (usize, usize) {
+        let shared = &self.shared;
+        if batch.is_empty() {
+            return (0, 0);
+        }
+        // From here on the outcome is being written: the renewer must not report these lost.
+        for claim in batch.iter() {
+            shared.inflight.remove(claim);
+        }
+        let claims = std::mem::take(batch);
+        let mut delay = Duration::from_millis(50);
+        for attempt in 1..=WRITE_ATTEMPTS {
+            match shared.store.complete_many_if_owned(&claims).await {
+                Ok(lost) => {
+                    let completed: Vec<Claim> = claims
+                        .iter()
+                        .filter(|c| !lost.contains(c))
+                        .copied()
+                        .collect();
+                    shared.counters.delivered(completed.len() as u64);
+                    if !lost.is_empty() {
+                        shared.counters.stale(lost.len() as u64);
+                        tracing::warn!(
+                            worker = %shared.config.name,
+                            stale = lost.len(),
+                            rows = ?lost.iter().map(|c| c.id).collect::<Vec<_>>(),
+                            "completions rejected: the leases were lost before the deliveries finished; another worker delivers these events"
+                        );
+                    }
+                    let counts = (completed.len(), lost.len());
+                    shared.hook.emit(|| WorkerEvent::CompletedBatch {
+                        completed,
+                        stale: lost,
+                    });
+                    return counts;
+                }
+                Err(e) if attempt < WRITE_ATTEMPTS => {
+                    tracing::warn!(error = %e, attempt, "writing completions failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                Err(e) => {
+                    tracing::error!(
+                        error = %e,
+                        events = claims.len(),
+                        "writing completions failed repeatedly; these events will be delivered again after their leases"
+                    );
+                }
+            }
+        }
+        (0, 0)
+    }
+}

@@ -1,0 +1,289 @@
+//! Every knob of a worker, its documented default, and the checks that reject nonsense before
+//! anything starts.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::error::{Error, Result};
+
+/// How long a failed event waits before its next attempt: exponential backoff with jitter.
+///
+/// The delay for attempt `n` (1-based, the attempt that just failed) is
+/// `min(base * 2^(n-1), max)`, of which the upper half is randomised ("equal jitter"), so many
+/// events that failed together do not all come back at the same instant. A handler that asks for
+/// a specific delay ([`crate::HandlerError::retry_after`]) gets exactly that delay instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Delay after the first failed attempt (default 1 s).
+    pub base: Duration,
+    /// Largest delay between attempts (default 5 min).
+    pub max: Duration,
+    /// Randomise the upper half of each delay (default true). Off only for tests that need exact
+    /// delays.
+    pub jitter: bool,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(300),
+            jitter: true,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay before retrying after `attempt` (1-based) failed.
+    pub fn delay_for(&self, attempt: u32) -> Duration {
+        let exponent = attempt.saturating_sub(1).min(31);
+        let uncapped = self.base.saturating_mul(1u32 << exponent);
+        let capped = uncapped.min(self.max);
+        if !self.jitter || capped.is_zero() {
+            return capped;
+        }
+        let half = capped / 2;
+        let spread = u64::try_from(half.as_micros()).unwrap_or(u64::MAX);
+        half + Duration::from_micros(rand::rng().random_range(0..=spread))
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.base.is_zero() {
+            return Err(Error::Config(
+                "retry.base must be greater than zero; the default is 1 s".into(),
+            ));
+        }
+        if self.max < self.base {
+            return Err(Error::Config(format!(
+                "retry.max ({:?}) is smaller than retry.base ({:?}); raise max or lower base",
+                self.max, self.base
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Configuration of one worker. Built by [`crate::worker::WorkerBuilder`]; every field has a
+/// default sensible for a small service.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Outbox table to deliver from (default `outbox`).
+    pub table: String,
+    /// Name recorded in `locked_by` and in logs (default `<host>-<pid>-<random>`).
+    pub name: String,
+    /// Deliveries running at once (default 16).
+    pub concurrency: usize,
+    /// Largest number of events claimed in one statement (default 16). The claimer never claims
+    /// more than the free delivery slots.
+    pub batch_size: usize,
+    /// Lease of a claim (default 30 s). A worker that dies loses its events for this long.
+    pub lease: Duration,
+    /// Renew leases of running deliveries (default true). Off only to test lease expiry.
+    pub renewal: bool,
+    /// How often running deliveries' leases are renewed (default a third of the lease).
+    pub renew_interval: Option<Duration>,
+    /// Backoff between attempts.
+    pub retry: RetryPolicy,
+    /// Fallback poll interval when no notification arrives (default 2 s; jittered by ±10%).
+    pub poll_interval: Duration,
+    /// Wake up on LISTEN/NOTIFY (default true). Turn off behind poolers in transaction mode
+    /// (PgBouncer), where LISTEN does not work; the worker then only polls.
+    pub listen: bool,
+    /// Deliver the events of one aggregate one at a time, in aggregate order (default false).
+    pub ordered: bool,
+    /// Delete delivered events older than this (default 7 days); `None` keeps them.
+    pub retention: Option<Duration>,
+    /// How often the maintenance leader recovers expired leases and purges (default 5 s).
+    pub maintenance_interval: Duration,
+    /// Rows recovered or purged per statement by maintenance (default 1000).
+    pub maintenance_batch: i64,
+    /// Run the maintenance task at all (default true). Some deployments run it in one place.
+    pub maintenance: bool,
+    /// Completions written in one statement at most (default 64).
+    pub completion_batch: usize,
+    /// How long the completer waits to fill a batch (default 5 ms).
+    pub completion_flush: Duration,
+    /// How long shutdown waits for running deliveries before cancelling them (default 30 s).
+    pub shutdown_deadline: Duration,
+}
+
+impl WorkerConfig {
+    /// The defaults, for `table`.
+    pub fn new(table: &str) -> Self {
+        WorkerConfig {
+            table: table.to_owned(),
+            name: default_worker_name(),
+            concurrency: 16,
+            batch_size: 16,
+            lease: Duration::from_secs(30),
+            renewal: true,
+            renew_interval: None,
+            retry: RetryPolicy::default(),
+            poll_interval: Duration::from_secs(2),
+            listen: true,
+            ordered: false,
+            retention: Some(Duration::from_secs(7 * 24 * 3600)),
+            maintenance_interval: Duration::from_secs(5),
+            maintenance_batch: 1000,
+            maintenance: true,
+            completion_batch: 64,
+            completion_flush: Duration::from_millis(5),
+            shutdown_deadline: Duration::from_secs(30),
+        }
+    }
+
+    /// The effective renewal interval.
+    pub fn renew_every(&self) -> Duration {
+        self.renew_interval.unwrap_or(self.lease / 3)
+    }
+
+    /// Reject values that cannot work, saying which knob and what to use instead.
+    pub fn validate(&self) -> Result<()> {
+        validate_table_name(&self.table)?;
+        if self.name.trim().is_empty() {
+            return Err(Error::Config("worker name must not be empty".into()));
+        }
+        if self.concurrency == 0 {
+            return Err(Error::Config(
+                "concurrency must be at least 1; the default is 16".into(),
+            ));
+        }
+        if self.batch_size == 0 {
+            return Err(Error::Config(
+                "batch_size must be at least 1; the default is 16".into(),
+            ));
+        }
+        if self.lease < Duration::from_millis(200) {
+            return Err(Error::Config(format!(
+                "lease {:?} is too short to renew reliably; use at least 200 ms (the default is 30 s)",
+                self.lease
+            )));
+        }
+        if self.renewal && self.renew_every() >= self.lease {
+            return Err(Error::Config(format!(
+                "renew_interval {:?} is not shorter than the lease {:?}: leases would expire before renewal; \
+                 use about a third of the lease",
+                self.renew_every(),
+                self.lease
+            )));
+        }
+        if self.renewal && self.renew_every().is_zero() {
+            return Err(Error::Config(
+                "renew_interval must be greater than zero".into(),
+            ));
+        }
+        if self.poll_interval.is_zero() {
+            return Err(Error::Config(
+                "poll_interval must be greater than zero; the default is 2 s".into(),
+            ));
+        }
+        if self.maintenance_interval.is_zero() {
+            return Err(Error::Config(
+                "maintenance_interval must be greater than zero; the default is 5 s".into(),
+            ));
+        }
+        if self.maintenance_batch < 1 {
+            return Err(Error::Config(
+                "maintenance_batch must be at least 1; the default is 1000".into(),
+            ));
+        }
+        if self.completion_batch == 0 {
+            return Err(Error::Config(
+                "completion_batch must be at least 1; the default is 64".into(),
+            ));
+        }
+        if self.retention.is_some_and(|r| r.is_zero()) {
+            return Err(Error::Config(
+                "retention of zero would purge events as they are delivered; use None to keep them, or a positive duration"
+                    .into(),
+            ));
+        }
+        self.retry.validate()
+    }
+}
+
+/// The same rule the store applies: 1 to 63 lowercase ASCII letters, digits and underscores,
+/// starting with a letter or underscore (checked here too so a bad name fails before any I/O).
+fn validate_table_name(table: &str) -> Result<()> {
+    let mut chars = table.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if first_ok && rest_ok && table.len() <= 63 {
+        Ok(())
+    } else {
+        Err(Error::InvalidTableName(table.to_owned()))
+    }
+}
+
+/// `<host>-<pid>-<6 random hex digits>`: unique per worker, readable in `locked_by`.
+pub fn default_worker_name() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".to_owned());
+    let suffix: u32 = rand::rng().random_range(0..0x100_0000);
+    format!("{host}-{}-{suffix:06x}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let p = RetryPolicy {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(10),
+            jitter: false,
+        };
+        assert_eq!(p.delay_for(1), Duration::from_secs(1));
+        assert_eq!(p.delay_for(2), Duration::from_secs(2));
+        assert_eq!(p.delay_for(4), Duration::from_secs(8));
+        assert_eq!(p.delay_for(5), Duration::from_secs(10));
+        assert_eq!(p.delay_for(500), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn jitter_stays_in_upper_half() {
+        let p = RetryPolicy {
+            base: Duration::from_secs(4),
+            max: Duration::from_secs(60),
+            jitter: true,
+        };
+        for _ in 0..200 {
+            let d = p.delay_for(1);
+            assert!(
+                d >= Duration::from_secs(2) && d <= Duration::from_secs(4),
+                "{d:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn validate_names_the_knob() {
+        let mut c = WorkerConfig::new("outbox");
+        c.validate().unwrap();
+        c.concurrency = 0;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("concurrency")
+        );
+        let mut c = WorkerConfig::new("outbox");
+        c.renew_interval = Some(c.lease);
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("renew_interval")
+        );
+        let c = WorkerConfig::new("Bad-Name");
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,67 @@
+//! A test hook: what the worker just did, sent to a channel only tests (or curious operators)
+//! set. Inert by default, so production pays one `Option` check per event.
+//!
+//! Tests wait on these instead of sleeping ("wait until the batch was claimed, then SIGKILL").
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::store::{Claim, FailOutcome};
+
+/// Something a worker did, reported through [`crate::worker::WorkerBuilder::events`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WorkerEvent {
+    /// The listener is connected and listening (also after every reconnect).
+    ListenerConnected,
+    /// The listener's connection dropped; it is reconnecting.
+    ListenerLost,
+    /// A claim statement returned these claims (never sent for an empty claim).
+    ClaimedBatch(Vec<Claim>),
+    /// One completion statement ran: these claims were completed, these were stale.
+    CompletedBatch {
+        /// Claims completed.
+        completed: Vec<Claim>,
+        /// Claims the database rejected: the lease was lost before the completion was written.
+        stale: Vec<Claim>,
+    },
+    /// A failure was recorded for a claim.
+    Failed(Claim, FailOutcome),
+    /// A handler panicked; the event was failed permanently.
+    Panicked(Claim),
+    /// The renewer found this claim lost and cancelled its delivery's `lease_lost` token.
+    LeaseLost(Claim),
+    /// The renewer extended this many leases.
+    Renewed(usize),
+    /// A claimed but unstarted event was handed back without charging an attempt.
+    Released(Claim),
+    /// This worker became the maintenance leader.
+    MaintenanceLeader,
+    /// One maintenance pass ran on the leader.
+    MaintenanceRan {
+        /// Expired leases returned to pending.
+        requeued: u64,
+        /// Expired leases exhausted.
+        exhausted: u64,
+        /// Delivered rows purged.
+        purged: u64,
+    },
+    /// The worker stopped: everything is drained and handed back.
+    Stopped,
+}
+
+/// Where [`WorkerEvent`]s go, if anywhere.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Hook(Option<UnboundedSender<WorkerEvent>>);
+
+impl Hook {
+    pub(crate) fn new(sender: Option<UnboundedSender<WorkerEvent>>) -> Self {
+        Hook(sender)
+    }
+
+    pub(crate) fn emit(&self, event: impl FnOnce() -> WorkerEvent) {
+        if let Some(tx) = &self.0 {
+            // A test that stopped listening is not an error of the worker.
+            let _ = tx.send(event());
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! Recovers expired leases, purges delivered rows past retention, and refreshes the queue
+//! gauges, on one worker per table at a time.
+//!
+//! Leadership is a session advisory lock held on a dedicated connection: it is released by
+//! PostgreSQL the moment that connection or its process dies, so another worker takes over on
+//! its next tick. Work is done in bounded batches (a few statements of `maintenance_batch` rows
+//! per tick), and a batch that fails is halved for the next try, so a slow database is not
+//! hammered with statements that time out.
+
+use std::sync::Arc;
+
+use rand::Rng;
+use sqlx::{ConnectOptions, Connection, PgConnection};
+use tokio_util::sync::CancellationToken;
+
+use super::Shared;
+use super::events::WorkerEvent;
+use crate::error::Result;
+
+/// Take leadership of one table's maintenance if nobody holds it (the key is derived from the
+/// table name, so every table has its own leader).
+const TRY_LEAD: &str = "SELECT pg_try_advisory_lock(hashtext('outbox.maintenance.' || $1))";
+/// Give leadership up at shutdown.
+const STOP_LEADING: &str = "SELECT pg_advisory_unlock(hashtext('outbox.maintenance.' || $1))";
+/// Check the leader's connection (and so its lock) is still alive.
+const STILL_LEADING: &str = "SELECT 1";
+
+/// Statements of each kind per tick at most: the rest waits for the next tick.
+const ROUNDS_PER_TICK: u32 = 10;
+/// A batch never shrinks below this.
+const MIN_BATCH: i64 = 10;
+
+/// What one maintenance pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MaintenanceCounts {
+    /// Whether this worker holds leadership (nothing is done otherwise).
+    pub leader: bool,
+    /// Expired leases returned to pending.
+    pub requeued: u64,
+    /// Expired leases exhausted (attempts used up).
+    pub exhausted: u64,
+    /// Delivered rows deleted.
+    pub purged: u64,
+}
+
+pub(crate) struct Maintenance {
+    pub(crate) shared: Arc<Shared>,
+    conn: Option<PgConnection>,
+    leader: bool,
+    batch: i64,
+}
+
+impl Maintenance {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        let batch = shared.config.maintenance_batch;
+        Maintenance {
+            shared,
+            conn: None,
+            leader: false,
+            batch,
+        }
+    }
+
+    pub(crate) async fn run(mut self, stop: CancellationToken) {
+        let every = self.shared.config.maintenance_interval;
+        // A small stagger so workers started together do not all race for the lock at once;
+        // then the first pass runs at once (recovering what a crashed predecessor left).
+        let stagger = every.mul_f64(rand::rng().random_range(0.0..0.1));
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + stagger, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            match self.run_once().await {
+                Ok(c) if c.requeued + c.exhausted + c.purged > 0 => tracing::info!(
+                    requeued = c.requeued,
+                    exhausted = c.exhausted,
+                    purged = c.purged,
+                    "maintenance"
+                ),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "maintenance failed; trying again next interval")
+                }
+            }
+        }
+        self.stop_leading().await;
+    }
+
+    /// One pass: take or confirm leadership, then recover, purge and publish gauges.
+    pub(crate) async fn run_once(&mut self) -> Result<MaintenanceCounts> {
+        if !self.ensure_leader().await? {
+            return Ok(MaintenanceCounts::default());
+        }
+        let shared = Arc::clone(&self.shared);
+        let store = &shared.store;
+        let mut counts = MaintenanceCounts {
+            leader: true,
+            ..Default::default()
+        };
+        for _ in 0..ROUNDS_PER_TICK {
+            let batch = self.batch;
+            match store.recover_expired(batch).await {
+                Ok(r) => {
+                    self.batch_succeeded();
+                    counts.requeued += r.requeued;
+                    counts.exhausted += r.exhausted;
+                    if r.requeued + r.exhausted < batch as u64 {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    self.batch_failed();
+                    return Err(e);
+                }
+            }
+        }
+        if let Some(retention) = shared.config.retention {
+            for _ in 0..ROUNDS_PER_TICK {
+                let batch = self.batch;
+                match store.purge_delivered(retention, batch).await {
+                    Ok(n) => {
+                        self.batch_succeeded();
+                        counts.purged += n;
+                        if n < batch as u64 {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        self.batch_failed();
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let stats = store.stats().await?;
+        shared.counters.gauges(&stats);
+        shared.hook.emit(|| WorkerEvent::MaintenanceRan {
+            requeued: counts.requeued,
+            exhausted: counts.exhausted,
+            purged: counts.purged,
+        });
+        Ok(counts)
+    }
+
+    fn batch_failed(&mut self) {
+        self.batch = (self.batch / 2).max(MIN_BATCH.min(self.shared.config.maintenance_batch));
+    }
+
+    fn batch_succeeded(&mut self) {
+        self.batch = self.shared.config.maintenance_batch;
+    }
+
+    /// Whether this worker leads: confirms a held lock's connection is alive, or tries to take
+    /// the lock on a dedicated connection.
+    async fn ensure_leader(&mut self) -> Result<bool> {
+        if self.leader {
+            if let Some(conn) = self.conn.as_mut() {
+                if sqlx::query(STILL_LEADING).execute(&mut *conn).await.is_ok() {
+                    return Ok(true);
+                }
+            }
+            tracing::warn!(worker = %self.shared.config.name, "the maintenance connection dropped; leadership is lost");
+            self.leader = false;
+            self.conn = None;
+        }
+        if self.conn.is_none() {
+            let options = self
+                .shared
+                .store
+                .pool()
+                .connect_options()
+                .as_ref()
+                .clone()
+                .application_name(&format!("outbox-maintenance {}", self.shared.config.name));
+            self.conn = Some(options.connect().await?);
+        }
+        let conn = self.conn.as_mut().expect("connected above");
+        match sqlx::query_scalar::<_, bool>(TRY_LEAD)
+            .bind(&self.shared.config.table)
+            .fetch_one(&mut *conn)
+            .await
+        {
+            Ok(true) => {
+                self.leader = true;
+                tracing::info!(worker = %self.shared.config.name, table = %self.shared.config.table, "this worker now runs maintenance");
+                self.shared.hook.emit(|| WorkerEvent::MaintenanceLeader);
+                Ok(true)
+            }
+            Ok(false) => Ok(false),
+            Err(e) => {
+                self.conn = None;
+                Err(e.into())
+            }
+        }
+    }
+
+    async fn stop_leading(&mut self) {
+        if let Some(mut conn) = self.conn.take() {
+            if self.leader {
+                let _ = sqlx::query(STOP_LEADING)
+                    .bind(&self.shared.config.table)
+                    .execute(&mut conn)
+                    .await;
+            }
+            let _ = conn.close().await;
+        }
+        self.leader = false;
+    }
+}

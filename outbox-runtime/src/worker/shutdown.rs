@@ -1,0 +1,190 @@
+//! Starts the parts of a worker, and stops them in order: the [`WorkerHandle`].
+//!
+//! Shutdown has three phases, each with its own token: `claim_stop` (stop claiming; unstarted
+//! claims are released), `work_cancel` after the deadline (running deliveries see
+//! `Delivery::lease_lost` cancelled), and `abort` after a short grace (deliveries still running
+//! are abandoned and recorded as a failed attempt, so another worker retries them at once).
+//! The completer, renewer and maintenance stop last: renewal must go on while deliveries drain,
+//! and completions must be written before the worker says it stopped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::Shared;
+use super::claimer::Claimer;
+use super::completer::Completer;
+use super::events::WorkerEvent;
+use super::executor::Executor;
+use super::listener::Listener;
+use super::maintenance::Maintenance;
+use super::metrics::WorkerCounters;
+use super::renewer::Renewer;
+
+/// How long deliveries get to react to a cancelled `lease_lost` token before being abandoned.
+const ABORT_GRACE: Duration = Duration::from_secs(2);
+
+/// A running worker. [`WorkerHandle::shutdown`] stops it gracefully; dropping the handle starts
+/// the same shutdown in the background.
+#[derive(Debug)]
+pub struct WorkerHandle {
+    shared: Arc<Shared>,
+    stopped: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("name", &self.config.name)
+            .field("table", &self.config.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerHandle {
+    /// Stop claiming, let running deliveries finish within the shutdown deadline, hand back
+    /// unstarted claims, write pending completions, and return when all of it is done.
+    /// Idempotent: every call waits for the same shutdown.
+    pub async fn shutdown(&self) {
+        self.begin_shutdown();
+        self.stopped().await;
+    }
+
+    /// Start shutting down without waiting.
+    pub fn begin_shutdown(&self) {
+        self.shared.claim_stop.cancel();
+    }
+
+    /// Wait until the worker stopped (after someone called [`WorkerHandle::shutdown`] or
+    /// [`WorkerHandle::begin_shutdown`]).
+    pub async fn stopped(&self) {
+        let mut rx = self.stopped.clone();
+        let _ = rx.wait_for(|stopped| *stopped).await;
+    }
+
+    /// Whether the worker has fully stopped.
+    pub fn is_stopped(&self) -> bool {
+        *self.stopped.borrow()
+    }
+
+    /// The worker's name (as recorded in `locked_by`).
+    pub fn name(&self) -> &str {
+        &self.shared.config.name
+    }
+
+    /// What this worker counted so far.
+    pub fn counters(&self) -> WorkerCounters {
+        self.shared.counters.snapshot()
+    }
+
+    /// Deliveries currently in flight (claimed and not yet written back).
+    pub fn in_flight(&self) -> usize {
+        self.shared.inflight.len()
+    }
+}
+
+impl Drop for WorkerHandle {
+    fn drop(&mut self) {
+        self.shared.claim_stop.cancel();
+    }
+}
+
+/// Start every part of the worker and the supervisor that stops them in order.
+pub(crate) fn spawn(shared: Arc<Shared>) -> WorkerHandle {
+    let (stopped_tx, stopped_rx) = watch::channel(false);
+    let (completions_tx, completions_rx) = mpsc::unbounded_channel();
+    let background = CancellationToken::new();
+    let tasks = TaskTracker::new();
+
+    let completer = tokio::spawn(
+        Completer {
+            shared: Arc::clone(&shared),
+            completions: completions_rx,
+        }
+        .run(),
+    );
+    let renewer = shared.config.renewal.then(|| {
+        tokio::spawn(
+            Renewer {
+                shared: Arc::clone(&shared),
+            }
+            .run(background.clone()),
+        )
+    });
+    let maintenance = shared
+        .config
+        .maintenance
+        .then(|| tokio::spawn(Maintenance::new(Arc::clone(&shared)).run(background.clone())));
+    let listener = shared.config.listen.then(|| {
+        tokio::spawn(
+            Listener {
+                shared: Arc::clone(&shared),
+            }
+            .run(shared.claim_stop.clone()),
+        )
+    });
+    let claimer = tokio::spawn(
+        Claimer {
+            shared: Arc::clone(&shared),
+            slots: Arc::new(Semaphore::new(shared.config.concurrency)),
+            tasks: tasks.clone(),
+            executor: Executor {
+                shared: Arc::clone(&shared),
+                completions: completions_tx,
+            },
+        }
+        .run(),
+    );
+
+    let supervisor_shared = Arc::clone(&shared);
+    tokio::spawn(async move {
+        let shared = supervisor_shared;
+        shared.claim_stop.cancelled().await;
+        tracing::info!(worker = %shared.config.name, in_flight = shared.inflight.len(), "outbox worker shutting down");
+        // Phase 1: no new claims, no new delivery tasks.
+        let _ = claimer.await;
+        if let Some(l) = listener {
+            let _ = l.await;
+        }
+        tasks.close();
+        // Phase 2: drain under the deadline, then tell the rest to stop, then abandon them.
+        if tokio::time::timeout(shared.config.shutdown_deadline, tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                worker = %shared.config.name,
+                running = tasks.len(),
+                "shutdown deadline passed; cancelling the running deliveries"
+            );
+            shared.work_cancel.cancel();
+            if tokio::time::timeout(ABORT_GRACE, tasks.wait())
+                .await
+                .is_err()
+            {
+                shared.abort.cancel();
+                tasks.wait().await;
+            }
+        }
+        // Phase 3: every sender is gone now, so the completer flushes and ends.
+        let _ = completer.await;
+        background.cancel();
+        if let Some(r) = renewer {
+            let _ = r.await;
+        }
+        if let Some(m) = maintenance {
+            let _ = m.await;
+        }
+        tracing::info!(worker = %shared.config.name, "outbox worker stopped");
+        shared.hook.emit(|| WorkerEvent::Stopped);
+        let _ = stopped_tx.send(true);
+    });
+
+    WorkerHandle {
+        shared,
+        stopped: stopped_rx,
+    }
+}

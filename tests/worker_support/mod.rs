@@ -1,0 +1,459 @@
+//! Shared helpers of the `worker_*` and `crash_*` tests: hand-written event types, enqueueing
+//! through the real enqueue path, reads of outbox and receiver state, waiting on database
+//! state (never on a timer alone), and spawning the `crash_target` worker process.
+#![allow(dead_code)] // each test file uses a different subset
+
+pub mod receiver;
+
+use std::future::Future;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use outbox_runtime::Event;
+use outbox_runtime::contract::Contract;
+use serde::{Deserialize, Serialize};
+use sqlx::{PgPool, Row};
+
+/// An event without aggregate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub n: i64,
+}
+
+impl Event for Job {
+    const NAME: &'static str = "job";
+    const VERSION: u32 = 1;
+    const TABLE: &'static str = "outbox";
+    const AGGREGATE_TYPE: Option<&'static str> = None;
+    type Current = Job;
+
+    fn into_current(self) -> Self {
+        self
+    }
+    fn aggregate_id(&self) -> Option<String> {
+        None
+    }
+    fn aggregate_version(&self) -> Option<i64> {
+        None
+    }
+    fn contract() -> Contract {
+        Contract {
+            name: Self::NAME,
+            version: Self::VERSION,
+            type_name: "Job",
+            shape: serde_json::json!({"type": "object"}),
+        }
+    }
+}
+
+/// An event of an aggregate, numbered in aggregate order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub account: String,
+    pub seq: i64,
+}
+
+impl Event for Step {
+    const NAME: &'static str = "step";
+    const VERSION: u32 = 1;
+    const TABLE: &'static str = "outbox";
+    const AGGREGATE_TYPE: Option<&'static str> = Some("account");
+    type Current = Step;
+
+    fn into_current(self) -> Self {
+        self
+    }
+    fn aggregate_id(&self) -> Option<String> {
+        Some(self.account.clone())
+    }
+    fn aggregate_version(&self) -> Option<i64> {
+        Some(self.seq)
+    }
+    fn contract() -> Contract {
+        Contract {
+            name: Self::NAME,
+            version: Self::VERSION,
+            type_name: "Step",
+            shape: serde_json::json!({"type": "object"}),
+        }
+    }
+}
+
+/// A test database with the receiver's tables.
+pub async fn database() -> outbox_runtime::testing::TestDatabase {
+    let db = outbox_runtime::testing::TestDatabase::with_pool_size(20).await;
+    receiver::setup(db.pool()).await;
+    db
+}
+
+/// Enqueue jobs `from..to` through the real enqueue path (with NOTIFY when `notify`), in
+/// transactions of up to 500.
+pub async fn enqueue_jobs(pool: &PgPool, from: i64, to: i64, notify: bool) {
+    let options = outbox_runtime::store::EnqueueOptions {
+        notify,
+        ..Default::default()
+    };
+    let mut start = from;
+    while start < to {
+        let end = (start + 500).min(to);
+        let mut tx = pool.begin().await.unwrap();
+        for n in start..end {
+            Job { n }
+                .enqueue_with(&mut tx, &format!("job-{n}"), &options)
+                .await
+                .unwrap();
+        }
+        tx.commit().await.unwrap();
+        start = end;
+    }
+}
+
+/// Enqueue jobs with a given `max_attempts`.
+pub async fn enqueue_jobs_with_attempts(pool: &PgPool, from: i64, to: i64, max_attempts: i32) {
+    let options = outbox_runtime::store::EnqueueOptions {
+        notify: false,
+        max_attempts,
+        ..Default::default()
+    };
+    let mut tx = pool.begin().await.unwrap();
+    for n in from..to {
+        Job { n }
+            .enqueue_with(&mut tx, &format!("job-{n}"), &options)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+/// Enqueue `per_account` steps for each of `accounts` accounts, interleaved across accounts
+/// (the order a busy service would write them in).
+pub async fn enqueue_steps(pool: &PgPool, accounts: usize, per_account: i64) {
+    let options = outbox_runtime::store::EnqueueOptions {
+        notify: false,
+        ..Default::default()
+    };
+    let mut tx = pool.begin().await.unwrap();
+    for seq in 1..=per_account {
+        for a in 0..accounts {
+            let account = format!("acct-{a}");
+            Step {
+                account: account.clone(),
+                seq,
+            }
+            .enqueue_with(&mut tx, &format!("{account}-{seq}"), &options)
+            .await
+            .unwrap();
+        }
+    }
+    tx.commit().await.unwrap();
+}
+
+/// Rows of `status`.
+pub async fn count_status(pool: &PgPool, status: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = $1")
+        .bind(status)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Rows of `status` claimed by `worker`.
+pub async fn count_claimed_by(pool: &PgPool, worker: &str, status: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = $1 AND claimed_by = $2")
+        .bind(status)
+        .bind(worker)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// One outbox row's state, by event id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowState {
+    pub id: i64,
+    pub event_id: uuid::Uuid,
+    pub status: String,
+    pub attempts: i32,
+    pub claim_version: i64,
+    pub claimed_by: Option<String>,
+    pub lease_expiries: i32,
+    pub handler_failures: i32,
+    pub last_error: Option<String>,
+    /// Seconds from now (database clock) until the row is available again.
+    pub available_in_secs: f64,
+}
+
+/// Every outbox row, by id.
+pub async fn rows(pool: &PgPool) -> Vec<RowState> {
+    sqlx::query(
+        "SELECT id, event_id, status, attempts, claim_version, claimed_by, lease_expiries, handler_failures, last_error,
+                extract(epoch FROM available_at - now())::float8 AS available_in
+         FROM outbox ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| RowState {
+        id: r.get("id"),
+        event_id: r.get("event_id"),
+        status: r.get("status"),
+        attempts: r.get("attempts"),
+        claim_version: r.get("claim_version"),
+        claimed_by: r.get("claimed_by"),
+        lease_expiries: r.get("lease_expiries"),
+        handler_failures: r.get("handler_failures"),
+        last_error: r.get("last_error"),
+        available_in_secs: r.get("available_in"),
+    })
+    .collect()
+}
+
+/// One delivery as the receiver logged it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Received {
+    pub seq: i64,
+    pub event_id: uuid::Uuid,
+    pub idempotency_key: String,
+    pub attempt: i32,
+    pub worker: String,
+    pub aggregate_id: Option<String>,
+    pub aggregate_version: Option<i64>,
+    pub outcome: String,
+}
+
+/// Everything the receiver logged, in arrival order.
+pub async fn received(pool: &PgPool) -> Vec<Received> {
+    sqlx::query(
+        "SELECT seq, event_id, idempotency_key, attempt, worker, aggregate_id, aggregate_version, outcome
+         FROM receiver_log ORDER BY seq",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| Received {
+        seq: r.get("seq"),
+        event_id: r.get("event_id"),
+        idempotency_key: r.get("idempotency_key"),
+        attempt: r.get("attempt"),
+        worker: r.get("worker"),
+        aggregate_id: r.get("aggregate_id"),
+        aggregate_version: r.get("aggregate_version"),
+        outcome: r.get("outcome"),
+    })
+    .collect()
+}
+
+/// Effects the receiver kept (one per idempotency key).
+pub async fn effects(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM receiver_effects")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Rows of `worker_events` (written by `crash_target` from its worker's test hook) of `kind`.
+pub async fn worker_events(pool: &PgPool, worker: &str, kind: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM worker_events WHERE worker = $1 AND kind = $2")
+        .bind(worker)
+        .bind(kind)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Wait until `check` is true, polling every 50 ms; panics with `what` after `timeout`.
+/// (A bound on a wait that should succeed, not an assertion about speed.)
+pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Wait for a worker event matching `pred` on a hook channel.
+pub async fn wait_event(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<outbox_runtime::worker::WorkerEvent>,
+    timeout: Duration,
+    what: &str,
+    mut pred: impl FnMut(&outbox_runtime::worker::WorkerEvent) -> bool,
+) -> outbox_runtime::worker::WorkerEvent {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(e)) if pred(&e) => return e,
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the worker's event channel closed while waiting for {what}"),
+            Err(_) => panic!("timed out after {timeout:?} waiting for {what}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The worker process (examples/crash_target.rs)
+
+/// The `crash_target` binary, built once per test binary with the same profile and target
+/// directory as the tests (`cargo test` builds examples, but a filtered run may not have).
+pub fn crash_target() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        // <target>/<profile>/deps/<test binary>
+        let exe = std::env::current_exe().expect("test binary path");
+        let profile_dir = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("test binary lives in <target>/<profile>/deps");
+        let target_dir = profile_dir
+            .parent()
+            .expect("profile directory has a parent");
+        let profile = profile_dir
+            .file_name()
+            .and_then(|p| p.to_str())
+            .unwrap_or("debug");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        let cargo_profile = if profile == "debug" { "dev" } else { profile };
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--quiet",
+                "--example",
+                "crash_target",
+                "--manifest-path",
+                manifest,
+                "--profile",
+                cargo_profile,
+            ])
+            .env("CARGO_TARGET_DIR", target_dir)
+            .status()
+            .expect("running cargo to build examples/crash_target.rs");
+        assert!(status.success(), "building examples/crash_target.rs failed");
+        let path = profile_dir.join("examples").join("crash_target");
+        assert!(
+            path.is_file(),
+            "examples/crash_target was built but is not at {}",
+            path.display()
+        );
+        path
+    })
+    .clone()
+}
+
+/// A running `crash_target` process.
+pub struct WorkerProcess {
+    pub name: String,
+    child: Child,
+    output: Arc<Mutex<Vec<String>>>,
+}
+
+impl WorkerProcess {
+    /// Start a worker process named `name` against `url`, with extra `args`
+    /// (see `examples/crash_target.rs --help`).
+    pub fn spawn(url: &str, name: &str, args: &[&str]) -> WorkerProcess {
+        let mut child = Command::new(crash_target())
+            .env("DATABASE_URL", url)
+            .env(
+                "RUST_LOG",
+                std::env::var("CRASH_TARGET_LOG").unwrap_or_else(|_| "warn".to_owned()),
+            )
+            .args(["--name", name])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawning examples/crash_target");
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let sink = Arc::clone(&output);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        WorkerProcess {
+            name: name.to_owned(),
+            child,
+            output,
+        }
+    }
+
+    /// SIGKILL (std's `Child::kill` sends SIGKILL on Unix): no cleanup runs in the worker.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM via the `kill` command, asking for a graceful shutdown.
+    pub fn terminate(&mut self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill -TERM failed");
+    }
+
+    /// Wait for the process to exit (up to `timeout`); returns whether it exited successfully.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self
+                .child
+                .try_wait()
+                .expect("waiting on the worker process")
+            {
+                return status.success();
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "worker process {} did not exit within {timeout:?}",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Lines the process printed so far.
+    pub fn output(&self) -> Vec<String> {
+        self.output.lock().unwrap().clone()
+    }
+
+    /// The value of the last `key=value` line printed, if any.
+    pub fn reported(&self, key: &str) -> Option<String> {
+        let prefix = format!("{key}=");
+        self.output()
+            .iter()
+            .rev()
+            .find_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
+    }
+
+    /// Wait until the process printed `line`.
+    pub async fn wait_line(&self, line: &str, timeout: Duration) {
+        wait_until(timeout, &format!("{} prints `{line}`", self.name), || {
+            let found = self.output().iter().any(|l| l == line);
+            async move { found }
+        })
+        .await;
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
