@@ -6,8 +6,16 @@ use sqlx::PgPool;
 /// [`migrate`] at once apply each migration exactly once.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
+/// The table that records which base-schema migrations are applied. Not sqlx's default
+/// `_sqlx_migrations`: that one belongs to the service's own migrations folder (where the
+/// generated outbox migration goes), and two migrators sharing one table would each see the
+/// other's versions as missing or conflicting (both start at version 1).
+pub const MIGRATIONS_TABLE: &str = "_outbox_migrations";
+
 /// Apply the base schema (idempotent; safe to call concurrently from several processes).
 pub async fn migrate(pool: &PgPool) -> crate::error::Result<()> {
-    MIGRATOR.run(pool).await?;
+    let mut migrator = sqlx::migrate::Migrator::with_migrations(MIGRATOR.iter().cloned().collect());
+    migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+    migrator.run(pool).await?;
     Ok(())
 }

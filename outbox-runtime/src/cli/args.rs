@@ -1,0 +1,107 @@
+//! The command line, as clap reads it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use uuid::Uuid;
+
+use super::duration::parse_duration;
+
+/// Operate the transactional outbox of this service.
+///
+/// Exit codes: 0 ok; 1 a check failed, contract drift, or nothing matched; 2 usage error;
+/// 3 database error; 4 migrations folder error.
+#[derive(Debug, Parser)]
+#[command(name = "outbox", version)]
+pub(crate) struct Cli {
+    /// PostgreSQL URL (the commands that touch the database need it).
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Apply the outbox base schema, then the service's migrations folder.
+    Migrate {
+        #[command(flatten)]
+        folder: Folder,
+    },
+    /// Generate or check the migrations and contract lock derived from the event definitions.
+    #[command(subcommand)]
+    Migrations(Migrations),
+    /// Counts per status, age of the oldest pending event, and the exhausted events.
+    Status {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+        /// Outbox table (repeatable); default: `outbox` and every table the events name.
+        #[arg(long = "table")]
+        tables: Vec<String>,
+        /// How many exhausted events to list per table.
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+    },
+    /// Put exhausted events back to pending with fresh attempts.
+    #[command(group(clap::ArgGroup::new("which").required(true).args(["event_id", "event_type"])))]
+    Retry {
+        /// The event id of one exhausted event.
+        event_id: Option<Uuid>,
+        /// Every exhausted event of this event type.
+        #[arg(long = "type")]
+        event_type: Option<String>,
+        /// Outbox table.
+        #[arg(long, default_value = crate::store::DEFAULT_TABLE)]
+        table: String,
+    },
+    /// Delete delivered events older than a duration.
+    Purge {
+        /// Age like 7d, 12h, 30m (delivered before now() minus this).
+        #[arg(long, value_parser = parse_duration)]
+        older_than: Duration,
+        /// Outbox table.
+        #[arg(long, default_value = crate::store::DEFAULT_TABLE)]
+        table: String,
+        /// Rows deleted per statement.
+        #[arg(long, default_value_t = 1000)]
+        batch: i64,
+    },
+    /// Print least-privilege GRANT statements for an enqueuer role and a worker role.
+    Grants {
+        /// Role services connect as to enqueue.
+        #[arg(long)]
+        enqueuer: String,
+        /// Role workers and this command connect as.
+        #[arg(long)]
+        worker: String,
+        /// Outbox table (repeatable); default: `outbox` and every table the events name.
+        #[arg(long = "table")]
+        tables: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Migrations {
+    /// Write a new migration and update outbox.lock when the events changed (writes nothing
+    /// when they did not).
+    Generate {
+        #[command(flatten)]
+        folder: Folder,
+    },
+    /// Exit 1 when the migrations or outbox.lock are out of date (for CI); writes nothing.
+    Check {
+        #[command(flatten)]
+        folder: Folder,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct Folder {
+    /// The service's migrations folder (default: the one the binary was configured with,
+    /// else `./migrations`).
+    #[arg(long, env = "OUTBOX_MIGRATIONS_DIR")]
+    pub dir: Option<PathBuf>,
+}

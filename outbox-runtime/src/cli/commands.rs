@@ -1,0 +1,426 @@
+//! What each command does. Every failure becomes a message on `err` and an [`Exit`].
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+use super::Exit;
+use super::args::{Cli, Command, Folder, Migrations};
+use super::duration::format_duration;
+use crate::generate::{self, CompiledEvent, GenerateError, LOCK_FILE};
+use crate::store::{DEFAULT_TABLE, ExhaustedEvent, Stats, Store};
+
+/// What a command runs with.
+pub(crate) struct Context<'a> {
+    pub default_dir: &'a Path,
+    pub events: &'a [CompiledEvent],
+    pub out: &'a mut (dyn Write + Send),
+    pub err: &'a mut (dyn Write + Send),
+}
+
+/// A failed command: its exit code and what to tell the operator.
+struct Failure {
+    exit: Exit,
+    message: String,
+}
+
+impl Failure {
+    fn new(exit: Exit, message: impl Into<String>) -> Failure {
+        Failure {
+            exit,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<crate::Error> for Failure {
+    fn from(e: crate::Error) -> Failure {
+        use crate::Error as E;
+        let exit = match &e {
+            E::InvalidTableName(_) | E::Config(_) => Exit::Usage,
+            E::ContractMismatch(_) => Exit::Failed,
+            _ => Exit::Database,
+        };
+        let mut message = e.to_string();
+        if let E::Database(sqlx::Error::Database(db)) = &e {
+            if db.code().as_deref() == Some("42P01") {
+                message.push_str(" (run `outbox migrate` first)");
+            }
+        }
+        Failure::new(exit, message)
+    }
+}
+
+impl From<GenerateError> for Failure {
+    fn from(e: GenerateError) -> Failure {
+        let exit = match &e {
+            GenerateError::Io { .. } | GenerateError::LockUnreadable { .. } => Exit::Files,
+            _ => Exit::Failed,
+        };
+        Failure::new(exit, e.to_string())
+    }
+}
+
+type Outcome = Result<Exit, Failure>;
+
+pub(crate) async fn execute(cli: Cli, mut cx: Context<'_>) -> Exit {
+    let url = cli.database_url.clone();
+    let result = match cli.command {
+        Command::Migrate { folder } => migrate(&mut cx, url, &folder).await,
+        Command::Migrations(Migrations::Generate { folder }) => {
+            generate_migrations(&mut cx, &folder)
+        }
+        Command::Migrations(Migrations::Check { folder }) => check_migrations(&mut cx, &folder),
+        Command::Status {
+            json,
+            tables,
+            limit,
+        } => status(&mut cx, url, &tables, limit, json).await,
+        Command::Retry {
+            event_id,
+            event_type,
+            table,
+        } => retry(&mut cx, url, event_id, event_type, &table).await,
+        Command::Purge {
+            older_than,
+            table,
+            batch,
+        } => purge(&mut cx, url, older_than, &table, batch).await,
+        Command::Grants {
+            enqueuer,
+            worker,
+            tables,
+        } => grants(&mut cx, &enqueuer, &worker, &tables),
+    };
+    match result {
+        Ok(exit) => exit,
+        Err(failure) => {
+            let _ = writeln!(cx.err, "error: {}", failure.message);
+            failure.exit
+        }
+    }
+}
+
+fn dir(cx: &Context<'_>, folder: &Folder) -> PathBuf {
+    folder
+        .dir
+        .clone()
+        .unwrap_or_else(|| cx.default_dir.to_path_buf())
+}
+
+async fn connect(url: Option<String>) -> Result<PgPool, Failure> {
+    let url = url.ok_or_else(|| {
+        Failure::new(
+            Exit::Usage,
+            "no database given: set DATABASE_URL or pass --database-url postgres://user@host/db",
+        )
+    })?;
+    PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(&url)
+        .await
+        // The URL may hold a password: do not echo it.
+        .map_err(|e| {
+            Failure::new(
+                Exit::Database,
+                format!("cannot connect to the database: {e}"),
+            )
+        })
+}
+
+/// `outbox` plus every table the events name, sorted, unless `--table` was given.
+fn tables_or_default<'a>(cx: &'a Context<'_>, given: &'a [String]) -> Vec<&'a str> {
+    if !given.is_empty() {
+        return given.iter().map(String::as_str).collect();
+    }
+    let mut tables: BTreeSet<&str> = cx.events.iter().map(|e| e.table.as_str()).collect();
+    tables.insert(DEFAULT_TABLE);
+    tables.into_iter().collect()
+}
+
+async fn migrate(cx: &mut Context<'_>, url: Option<String>, folder: &Folder) -> Outcome {
+    let dir = dir(cx, folder);
+    let pool = connect(url).await?;
+    crate::migrate(&pool).await?;
+    let _ = writeln!(
+        cx.out,
+        "base schema: up to date ({})",
+        crate::migrate::MIGRATIONS_TABLE
+    );
+    if dir.is_dir() {
+        let migrator = sqlx::migrate::Migrator::new(dir.as_path())
+            .await
+            .map_err(|e| Failure::new(Exit::Files, format!("{}: {e}", dir.display())))?;
+        migrator.run(&pool).await.map_err(crate::Error::from)?;
+        let _ = writeln!(
+            cx.out,
+            "service migrations: {} up to date ({} files)",
+            dir.display(),
+            migrator.iter().count()
+        );
+    } else {
+        let _ = writeln!(
+            cx.out,
+            "service migrations: {} does not exist, skipped",
+            dir.display()
+        );
+    }
+    let compiled: Vec<_> = cx.events.iter().map(|e| e.contract.clone()).collect();
+    let comparison = generate::verify_contracts(&pool, &compiled).await?;
+    let _ = writeln!(
+        cx.out,
+        "contract registry: agrees with this binary ({} compiled, {} not registered)",
+        compiled.len(),
+        comparison.unregistered.len()
+    );
+    Ok(Exit::Ok)
+}
+
+fn warn_removed(cx: &mut Context<'_>, removed: &[generate::RemovedContract]) {
+    for r in removed {
+        let _ = writeln!(cx.err, "warning: {}", r.warning());
+    }
+}
+
+fn generate_migrations(cx: &mut Context<'_>, folder: &Folder) -> Outcome {
+    let dir = dir(cx, folder);
+    let outcome = generate::generate_migrations(&dir, cx.events)?;
+    warn_removed(cx, &outcome.removed);
+    match (&outcome.written_migration, outcome.lock_written) {
+        (None, false) => {
+            let _ = writeln!(cx.out, "{} is up to date: nothing written", dir.display());
+        }
+        (migration, lock) => {
+            if let Some(file) = migration {
+                let _ = writeln!(cx.out, "wrote {}", dir.join(file).display());
+            }
+            if lock {
+                let _ = writeln!(cx.out, "wrote {}", dir.join(LOCK_FILE).display());
+            }
+            let _ = writeln!(cx.out, "review and commit them with the event change");
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+fn check_migrations(cx: &mut Context<'_>, folder: &Folder) -> Outcome {
+    let dir = dir(cx, folder);
+    let outcome = generate::check_migrations(&dir, cx.events)?;
+    warn_removed(cx, &outcome.removed);
+    if outcome.is_up_to_date() {
+        let _ = writeln!(
+            cx.out,
+            "{} is up to date ({} event versions)",
+            dir.display(),
+            cx.events.len()
+        );
+        return Ok(Exit::Ok);
+    }
+    for reason in &outcome.stale {
+        let _ = writeln!(cx.err, "stale: {reason}");
+    }
+    Err(Failure::new(
+        Exit::Failed,
+        format!(
+            "{} is out of date with the event definitions: run `outbox migrations generate --dir {}` and commit the result",
+            dir.display(),
+            dir.display()
+        ),
+    ))
+}
+
+async fn status(
+    cx: &mut Context<'_>,
+    url: Option<String>,
+    tables: &[String],
+    limit: i64,
+    json: bool,
+) -> Outcome {
+    let tables: Vec<String> = tables_or_default(cx, tables)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let pool = connect(url).await?;
+    let mut reports = Vec::new();
+    for table in &tables {
+        let store = Store::for_table(pool.clone(), table)?;
+        let stats = store.stats().await?;
+        let exhausted = store.exhausted_events(limit).await?;
+        reports.push((table.as_str(), stats, exhausted));
+    }
+    if json {
+        let value = serde_json::json!({
+            "tables": reports.iter().map(|(t, s, e)| status_json(t, s, e)).collect::<Vec<_>>()
+        });
+        let _ = writeln!(
+            cx.out,
+            "{}",
+            serde_json::to_string_pretty(&value).expect("JSON serializes")
+        );
+    } else {
+        for (i, (table, stats, exhausted)) in reports.iter().enumerate() {
+            if i > 0 {
+                let _ = writeln!(cx.out);
+            }
+            let _ = write!(cx.out, "{}", status_table(table, stats, exhausted));
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+fn status_json(table: &str, stats: &Stats, exhausted: &[ExhaustedEvent]) -> serde_json::Value {
+    serde_json::json!({
+        "table": table,
+        "pending": stats.pending,
+        "processing": stats.processing,
+        "delivered": stats.delivered,
+        "exhausted": stats.exhausted,
+        "oldest_pending_age_seconds": stats.oldest_pending_age.map(|d| d.as_secs_f64()),
+        "exhausted_events": exhausted.iter().map(|e| serde_json::json!({
+            "event_id": e.event_id,
+            "event_type": e.event_type,
+            "event_version": e.event_version,
+            "attempts": e.attempts,
+            "lease_expiries": e.lease_expiries,
+            "handler_failures": e.handler_failures,
+            "last_error": e.last_error,
+            "exhausted_at": e.updated_at,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The people's view of one table.
+fn status_table(table: &str, stats: &Stats, exhausted: &[ExhaustedEvent]) -> String {
+    let mut s = format!("table {table}\n");
+    let oldest = stats
+        .oldest_pending_age
+        .map(|d| format!("   oldest {}", format_duration(d)))
+        .unwrap_or_default();
+    s.push_str(&format!("  pending     {:>10}{oldest}\n", stats.pending));
+    s.push_str(&format!("  processing  {:>10}\n", stats.processing));
+    s.push_str(&format!("  delivered   {:>10}\n", stats.delivered));
+    s.push_str(&format!("  exhausted   {:>10}\n", stats.exhausted));
+    if exhausted.is_empty() {
+        return s;
+    }
+    let type_width = exhausted
+        .iter()
+        .map(|e| e.event_type.len())
+        .max()
+        .unwrap_or(0)
+        .max("TYPE".len());
+    s.push_str(&format!(
+        "\n  exhausted events (newest first, {} shown):\n",
+        exhausted.len()
+    ));
+    s.push_str(&format!(
+        "  {:<36}  {:<type_width$}  {:>7}  {:>8}  {:>7}  {:>8}  LAST ERROR\n",
+        "EVENT ID", "TYPE", "VERSION", "ATTEMPTS", "EXPIRED", "FAILURES"
+    ));
+    for e in exhausted {
+        let error = e
+            .last_error
+            .as_deref()
+            .unwrap_or("-")
+            .replace(['\n', '\r'], " ");
+        let error: String = if error.chars().count() > 120 {
+            error.chars().take(117).chain("...".chars()).collect()
+        } else {
+            error
+        };
+        s.push_str(&format!(
+            "  {:<36}  {:<type_width$}  {:>7}  {:>8}  {:>7}  {:>8}  {error}\n",
+            e.event_id.to_string(),
+            e.event_type,
+            e.event_version,
+            e.attempts,
+            e.lease_expiries,
+            e.handler_failures
+        ));
+    }
+    s
+}
+
+async fn retry(
+    cx: &mut Context<'_>,
+    url: Option<String>,
+    event_id: Option<uuid::Uuid>,
+    event_type: Option<String>,
+    table: &str,
+) -> Outcome {
+    crate::store::validate_table_name(table)?;
+    let pool = connect(url).await?;
+    let store = Store::for_table(pool, table)?;
+    match (event_id, event_type) {
+        (Some(id), _) => {
+            if store.retry_exhausted(id).await? {
+                let _ = writeln!(cx.out, "event {id} is pending again with fresh attempts");
+                Ok(Exit::Ok)
+            } else {
+                Err(Failure::new(
+                    Exit::Failed,
+                    format!(
+                        "no exhausted event {id} in table {table}: it does not exist, or it is not exhausted (see `outbox status`)"
+                    ),
+                ))
+            }
+        }
+        (None, Some(name)) => {
+            let n = store.retry_exhausted_of_type(&name).await?;
+            let _ = writeln!(
+                cx.out,
+                "{n} exhausted events of type {name} are pending again with fresh attempts"
+            );
+            Ok(Exit::Ok)
+        }
+        (None, None) => Err(Failure::new(
+            Exit::Usage,
+            "give an event id or --type <name>",
+        )),
+    }
+}
+
+async fn purge(
+    cx: &mut Context<'_>,
+    url: Option<String>,
+    older_than: Duration,
+    table: &str,
+    batch: i64,
+) -> Outcome {
+    if batch < 1 {
+        return Err(Failure::new(
+            Exit::Usage,
+            format!("--batch must be at least 1, not {batch}"),
+        ));
+    }
+    crate::store::validate_table_name(table)?;
+    let pool = connect(url).await?;
+    let store = Store::for_table(pool, table)?;
+    let mut total: u64 = 0;
+    // Bounded batches: each statement holds its locks briefly, however much history there is.
+    loop {
+        let deleted = store.purge_delivered(older_than, batch).await?;
+        total += deleted;
+        if deleted < batch.unsigned_abs() {
+            break;
+        }
+    }
+    let _ = writeln!(
+        cx.out,
+        "deleted {total} delivered events older than {} from {table}",
+        format_duration(older_than)
+    );
+    Ok(Exit::Ok)
+}
+
+fn grants(cx: &mut Context<'_>, enqueuer: &str, worker: &str, tables: &[String]) -> Outcome {
+    let tables = tables_or_default(cx, tables);
+    let sql = generate::grants_sql(&tables, enqueuer, worker)?;
+    let _ = write!(cx.out, "{sql}");
+    Ok(Exit::Ok)
+}
