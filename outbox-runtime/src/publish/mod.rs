@@ -5,6 +5,8 @@
 //!   stream acknowledged it.
 //! - [`http::HttpPublisher`] (feature `http`): a JSON `POST` with the stable `Idempotency-Key`,
 //!   one event per request or, in batch mode, an array answered with per-item results.
+//! - [`FanOut`]: one sink that hands each event to several (a broker and a webhook), delivered
+//!   only when all of them accepted it.
 //!
 //! Delivery is at least once: a publisher can send an event that the receiver already has (a lost
 //! acknowledgement, a worker that crashed after sending). Both publishers send the same key on
@@ -13,10 +15,13 @@
 //! Both publishers describe an event the same way: the [`Envelope`] as the body, and the
 //! metadata of [`metadata_headers`] as message headers.
 
+pub mod fanout;
 #[cfg(feature = "http")]
 pub mod http;
 #[cfg(feature = "nats")]
 pub mod nats;
+
+pub use fanout::FanOut;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
