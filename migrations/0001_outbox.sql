@@ -66,3 +66,8 @@ CREATE INDEX IF NOT EXISTS outbox_purge_idx
 CREATE INDEX IF NOT EXISTS outbox_aggregate_idx
     ON outbox (aggregate_type, aggregate_id, id)
     WHERE status IN ('pending', 'processing') AND aggregate_id IS NOT NULL;
+
+-- Operator view of exhausted rows (listing, retry by type, the exhausted gauge). Rows only
+-- enter it when they become exhausted, so enqueue and the claim/complete path never write it.
+CREATE INDEX IF NOT EXISTS outbox_exhausted_idx
+    ON outbox (updated_at) WHERE status = 'exhausted';

@@ -134,8 +134,9 @@ pub struct Stats {
     pub delivered: i64,
     /// Rows that used up their attempts or failed permanently.
     pub exhausted: i64,
-    /// Age of the oldest pending event (since it was written, retries included), by the
-    /// database clock.
+    /// How long the oldest pending event has been ready to claim (now() minus its
+    /// available_at, by the database clock; zero when every pending event is scheduled for
+    /// later, `None` when nothing is pending). A growing age means delivery is stuck.
     pub oldest_pending_age: Option<Duration>,
 }
 

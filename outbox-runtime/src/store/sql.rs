@@ -69,7 +69,8 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("purge_delivered", PURGE_DELIVERED),
 ];
 
-/// The longest suffix the table template appends to the table name (`_aggregate_idx`).
+/// The longest suffix the table template appends to the table name (`_aggregate_idx`,
+/// `_exhausted_idx`).
 /// PostgreSQL silently truncates identifiers to 63 bytes, which could make two index names
 /// collide, so [`render_create_table`] refuses names that leave no room for it.
 const LONGEST_INDEX_SUFFIX: usize = "_aggregate_idx".len();

@@ -2,7 +2,7 @@
 --
 -- Parameters: $1 event_type text.
 -- Like retry_exhausted.sql for each matching row.
--- Index: none; exhausted rows are expected to be few, and this is an operator command.
+-- Index: <table>_exhausted_idx (updated_at) WHERE status = 'exhausted'.
 UPDATE /* TEMPLATE: table */outbox
 SET status = 'pending',
     attempts = 0,

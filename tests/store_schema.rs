@@ -1,0 +1,289 @@
+//! The schema: the migration is the table template rendered for `outbox`, concurrent
+//! migrations are safe, other outbox tables work the same, and every statement's plan uses the
+//! index it was written for (the plans are printed: run with `--nocapture`).
+
+mod store_support;
+
+use std::time::Duration;
+
+use outbox_runtime::Store;
+use outbox_runtime::store::sql::STATEMENTS;
+use outbox_runtime::store::{create_table_sql, notify_channel};
+use outbox_runtime::testing::TestDatabase;
+use outbox_runtime::{Error, Event};
+use sqlx::Row;
+use sqlx::postgres::{PgArguments, PgListener};
+use sqlx::query::Query;
+use store_support::{AuditEntry, Note, bulk_insert, count_rows};
+
+#[test]
+fn the_migration_is_the_table_template_rendered_for_outbox() {
+    let migration = include_str!("../migrations/0001_outbox.sql");
+    assert_eq!(
+        migration,
+        create_table_sql("outbox").unwrap(),
+        "migrations/0001_outbox.sql must be outbox-runtime/src/store/sql/create_table.sql rendered for `outbox`"
+    );
+}
+
+#[test]
+fn table_names_are_validated() {
+    assert!(matches!(
+        create_table_sql("Orders"),
+        Err(Error::InvalidTableName(_))
+    ));
+    assert!(matches!(
+        create_table_sql("orders; drop table x"),
+        Err(Error::InvalidTableName(_))
+    ));
+    assert!(matches!(
+        create_table_sql(&"t".repeat(50)),
+        Err(Error::Config(_))
+    ));
+    assert_eq!(notify_channel("orders_outbox"), "orders_outbox");
+}
+
+#[tokio::test]
+async fn two_concurrent_migrations_of_an_empty_database_both_succeed() {
+    let db = TestDatabase::empty(5).await;
+    let (a, b) = tokio::join!(
+        outbox_runtime::migrate(db.pool()),
+        outbox_runtime::migrate(db.pool())
+    );
+    a.unwrap();
+    b.unwrap();
+    outbox_runtime::migrate(db.pool()).await.unwrap();
+    let applied: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    let mut unique = applied.clone();
+    unique.dedup();
+    assert_eq!(applied, unique, "each migration applied once");
+    assert_eq!(applied.first(), Some(&1));
+    assert_eq!(count_rows(db.pool()).await, 0);
+}
+
+#[tokio::test]
+async fn a_second_outbox_table_works_like_the_first() {
+    let db = TestDatabase::new().await;
+    let ddl = create_table_sql("audit_outbox").unwrap();
+    assert!(
+        !ddl.contains("TEMPLATE: table */"),
+        "every placeholder is replaced"
+    );
+    for _ in 0..2 {
+        // Idempotent, like the migration.
+        sqlx::raw_sql(sqlx::AssertSqlSafe(ddl.clone()))
+            .execute(db.pool())
+            .await
+            .unwrap();
+    }
+    let mut listener = PgListener::connect(&db.url()).await.unwrap();
+    listener
+        .listen(&notify_channel("audit_outbox"))
+        .await
+        .unwrap();
+
+    let mut tx = db.pool().begin().await.unwrap();
+    let id = AuditEntry {
+        what: "login".into(),
+    }
+    .enqueue(&mut tx, "audit-1")
+    .await
+    .unwrap();
+    Note {
+        text: "default table".into(),
+    }
+    .enqueue(&mut tx, "audit-1")
+    .await
+    .unwrap(); // same key, other table
+    tx.commit().await.unwrap();
+    assert_eq!(
+        id,
+        outbox_runtime::store::enqueue::event_id_for("audit_outbox", "audit-1")
+    );
+    let n = tokio::time::timeout(Duration::from_secs(5), listener.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(n.channel(), "audit_outbox");
+
+    assert_eq!(count_rows(db.pool()).await, 1);
+    let store = Store::for_table(db.pool().clone(), "audit_outbox").unwrap();
+    assert_eq!(store.table(), "audit_outbox");
+    let claimed = store
+        .claim_batch("w", 10, Duration::from_secs(30), false)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(
+        (claimed[0].event_id, claimed[0].event_type.as_str()),
+        (id, "audit_entry")
+    );
+    assert_eq!(
+        store.complete_if_owned(claimed[0].claim()).await.unwrap(),
+        outbox_runtime::store::Ownership::Owned
+    );
+    let status: String = sqlx::query_scalar("SELECT status FROM audit_outbox")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(status, "delivered");
+    assert!(matches!(
+        Store::for_table(db.pool().clone(), "Audit"),
+        Err(Error::InvalidTableName(_))
+    ));
+}
+
+/// Bind plausible arguments for statement `name` (every statement must be listed here, so a
+/// new statement cannot skip the plan check).
+fn bind_for<'q>(
+    name: &str,
+    q: Query<'q, sqlx::Postgres, PgArguments>,
+) -> Query<'q, sqlx::Postgres, PgArguments> {
+    match name {
+        "enqueue" => q
+            .bind(uuid::Uuid::new_v4())
+            .bind("explain-key")
+            .bind(vec![0_u8; 32])
+            .bind("note")
+            .bind(1_i32)
+            .bind(None::<String>)
+            .bind(None::<String>)
+            .bind(None::<i64>)
+            .bind(serde_json::json!({"text": "x"}))
+            .bind(serde_json::json!({}))
+            .bind(10_i32)
+            .bind(0_i64)
+            .bind(Some("outbox")),
+        "existing_by_key" => q.bind("explain-key"),
+        "claim_batch" | "claim_batch_ordered" => {
+            q.bind(100_i64).bind(30_000_000_i64).bind("explain")
+        }
+        "complete" | "release" => q.bind(1_i64).bind(1_i64),
+        "complete_many" => q
+            .bind((1..=100).collect::<Vec<i64>>())
+            .bind(vec![1_i64; 100]),
+        "renew" => q.bind(1_i64).bind(1_i64).bind(30_000_000_i64),
+        "renew_many" => q
+            .bind((1..=100).collect::<Vec<i64>>())
+            .bind(vec![1_i64; 100])
+            .bind(30_000_000_i64),
+        "fail" => q
+            .bind(1_i64)
+            .bind(1_i64)
+            .bind("boom")
+            .bind(1_000_000_i64)
+            .bind(false),
+        "recover_expired" => q.bind(1000_i64),
+        "stats" => q,
+        "retry_exhausted" => q.bind(uuid::Uuid::new_v4()),
+        "retry_exhausted_of_type" => q.bind("note"),
+        "exhausted_events" => q.bind(50_i64),
+        "purge_delivered" => q.bind(3_600_000_000_i64).bind(1000_i64),
+        other => panic!(
+            "statement `{other}` has no EXPLAIN arguments in tests/store_schema.rs: add them"
+        ),
+    }
+}
+
+/// The indexes a statement may use (one of them must appear in its plan, and it must not scan
+/// the table).
+fn expected_indexes(name: &str) -> &'static [&'static str] {
+    match name {
+        "claim_batch" | "claim_batch_ordered" => &["outbox_pending_idx"],
+        "recover_expired" => &["outbox_lease_idx"],
+        "purge_delivered" => &["outbox_purge_idx"],
+        "existing_by_key" | "enqueue" => &["outbox_operation_key_key"],
+        "complete" | "release" | "renew" | "fail" => &["outbox_pkey"],
+        // A batch may be joined by primary key, or against the (small) set of live leases.
+        "complete_many" | "renew_many" => &["outbox_pkey", "outbox_lease_idx"],
+        "retry_exhausted" => &["outbox_event_id_key"],
+        "retry_exhausted_of_type" | "exhausted_events" => &["outbox_exhausted_idx"],
+        // Checked below: the delivered count may scan (delivered rows are most of the table).
+        "stats" => &[],
+        _ => &[],
+    }
+}
+
+#[tokio::test]
+async fn every_statement_uses_its_index_on_a_large_table() {
+    let db = TestDatabase::new().await;
+    // 200,000 delivered, 10,000 pending (a tenth of them in 1,000 aggregates), 1,000
+    // processing (half with expired leases), 100 exhausted.
+    bulk_insert(db.pool(), "delivered", 200_000, "delivered").await;
+    bulk_insert(db.pool(), "pending", 10_000, "pending").await;
+    bulk_insert(db.pool(), "processing", 1_000, "processing").await;
+    bulk_insert(db.pool(), "exhausted", 100, "exhausted").await;
+    sqlx::query(
+        "UPDATE outbox SET aggregate_type = 'order', aggregate_id = 'agg-' || (id % 1000)
+         WHERE status = 'pending' AND id % 10 = 0",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE outbox SET claim_version = 1, attempts = 1, claimed_by = 'w',
+                lease_until = now() + CASE WHEN id % 2 = 0 THEN interval '-1 minute' ELSE interval '1 minute' END
+         WHERE status = 'processing'",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE outbox")
+        .execute(db.pool())
+        .await
+        .unwrap();
+
+    let mut report = String::new();
+    let mut wrong = Vec::new();
+    for &(name, template) in STATEMENTS {
+        let sql = template.replace("/* TEMPLATE: table */outbox", "outbox");
+        let explain = format!("EXPLAIN {sql}");
+        let rows = bind_for(name, sqlx::query(sqlx::AssertSqlSafe(explain)))
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+        let plan: String = rows.iter().map(|r| r.get::<String, _>(0) + "\n").collect();
+        report.push_str(&format!("--- {name}\n{plan}\n"));
+
+        let indexes = expected_indexes(name);
+        if !indexes.is_empty() {
+            if !indexes.iter().any(|i| plan.contains(i)) {
+                wrong.push(format!("{name} uses none of {indexes:?}"));
+            }
+            if plan.contains("Seq Scan on outbox") {
+                wrong.push(format!("{name} scans the table"));
+            }
+        }
+    }
+    println!(
+        "EXPLAIN of every store statement on 200k delivered / 10k pending / 1k processing rows:\n\n{report}"
+    );
+    assert!(wrong.is_empty(), "{wrong:?}");
+    let stats = report
+        .split("--- ")
+        .find(|s| s.starts_with("stats"))
+        .unwrap();
+    for index in [
+        "outbox_pending_idx",
+        "outbox_lease_idx",
+        "outbox_exhausted_idx",
+    ] {
+        assert!(
+            stats.contains(index),
+            "stats should count through {index}:\n{stats}"
+        );
+    }
+    // The ordered claim checks earlier events through the aggregate index.
+    let ordered = report
+        .split("--- ")
+        .find(|s| s.starts_with("claim_batch_ordered"))
+        .unwrap();
+    assert!(
+        ordered.contains("outbox_aggregate_idx"),
+        "ordered claim plan:\n{ordered}"
+    );
+}
