@@ -46,17 +46,25 @@ pub trait Event: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// change. Reusing a key with the same payload returns the existing id and writes nothing;
     /// with a different payload it returns [`crate::Error::OperationKeyReused`] and leaves `tx`
     /// usable.
+    ///
+    /// Only the current version can be enqueued (`Self::Current = Self`): new events are
+    /// written in the newest shape, and older types exist to decode what is already stored.
     fn enqueue<'t>(
         &self,
         tx: &mut Transaction<'t, Postgres>,
         operation_key: &str,
     ) -> impl std::future::Future<Output = crate::error::Result<Uuid>> + Send
     where
-        Self: Sized,
+        Self: Sized + Event<Current = Self>,
     {
         async move {
-            crate::store::enqueue::enqueue_event(tx, self, operation_key, &EnqueueOptions::default())
-                .await
+            crate::store::enqueue::enqueue_event(
+                tx,
+                self,
+                operation_key,
+                &EnqueueOptions::default(),
+            )
+            .await
         }
     }
 
@@ -68,7 +76,7 @@ pub trait Event: Serialize + DeserializeOwned + Send + Sync + 'static {
         options: &EnqueueOptions,
     ) -> impl std::future::Future<Output = crate::error::Result<Uuid>> + Send
     where
-        Self: Sized,
+        Self: Sized + Event<Current = Self>,
     {
         crate::store::enqueue::enqueue_event(tx, self, operation_key, options)
     }

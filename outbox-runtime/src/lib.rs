@@ -22,6 +22,7 @@ pub mod error;
 pub mod event;
 pub mod generate;
 pub mod inbox;
+mod macro_support;
 pub mod migrate;
 pub mod publish;
 pub mod sink;
@@ -51,4 +52,6 @@ pub mod __private {
     pub use ::serde_json;
     pub use ::sqlx;
     pub use ::uuid;
+    // Helpers of `#[derive(Event)]`, `#[handler]` and `#[catalogue]` (see macro_support.rs).
+    pub use crate::macro_support::*;
 }
