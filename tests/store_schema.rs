@@ -53,11 +53,13 @@ async fn two_concurrent_migrations_of_an_empty_database_both_succeed() {
     a.unwrap();
     b.unwrap();
     outbox_runtime::migrate(db.pool()).await.unwrap();
-    let applied: Vec<i64> =
-        sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
-            .fetch_all(db.pool())
-            .await
-            .unwrap();
+    let table = outbox_runtime::migrate::MIGRATIONS_TABLE;
+    let applied: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT version FROM {table} ORDER BY version"
+    )))
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
     let mut unique = applied.clone();
     unique.dedup();
     assert_eq!(applied, unique, "each migration applied once");
