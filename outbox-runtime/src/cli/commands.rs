@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection};
 
 use super::Exit;
 use super::args::{Cli, Command, Folder, Migrations};
@@ -113,24 +114,32 @@ fn dir(cx: &Context<'_>, folder: &Folder) -> PathBuf {
 }
 
 async fn connect(url: Option<String>) -> Result<PgPool, Failure> {
-    let url = url.ok_or_else(|| {
+    let url = url.filter(|u| !u.is_empty()).ok_or_else(|| {
         Failure::new(
             Exit::Usage,
             "no database given: set DATABASE_URL or pass --database-url postgres://user@host/db",
         )
     })?;
-    PgPoolOptions::new()
+    let options: PgConnectOptions = url.parse().map_err(|e| {
+        Failure::new(
+            Exit::Usage,
+            format!("the database URL is not a PostgreSQL URL: {e}"),
+        )
+    })?;
+    // One direct connection first: a pool retries a refused connection until its acquire
+    // timeout, and an operator should hear at once that the database is not there. The URL may
+    // hold a password: it is never echoed.
+    let probe = options.connect().await.map_err(|e| {
+        Failure::new(
+            Exit::Database,
+            format!("cannot connect to the database: {e}"),
+        )
+    })?;
+    let _ = probe.close().await;
+    Ok(PgPoolOptions::new()
         .max_connections(2)
         .acquire_timeout(Duration::from_secs(10))
-        .connect(&url)
-        .await
-        // The URL may hold a password: do not echo it.
-        .map_err(|e| {
-            Failure::new(
-                Exit::Database,
-                format!("cannot connect to the database: {e}"),
-            )
-        })
+        .connect_lazy_with(options))
 }
 
 /// `outbox` plus every table the events name, sorted, unless `--table` was given.

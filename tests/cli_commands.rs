@@ -1,0 +1,490 @@
+//! The `outbox` command against a real database: each command's output, its exit code, and
+//! the database state it leaves.
+
+mod generate_support;
+
+use std::time::Duration;
+
+use generate_support::*;
+use outbox_runtime::Store;
+use outbox_runtime::cli::{Exit, Outbox};
+use outbox_runtime::store::FailOutcome;
+use outbox_runtime::testing::TestDatabase;
+use serde_json::json;
+use sqlx::Row;
+
+/// Run `outbox <args>`; returns (exit, stdout, stderr).
+async fn outbox(cli: &Outbox, args: &[&str]) -> (Exit, String, String) {
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let argv = std::iter::once("outbox").chain(args.iter().copied());
+    let exit = cli.run_with(argv, &mut out, &mut err).await;
+    (
+        exit,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}
+
+fn cli_for(dir: &TempDir, events: Vec<outbox_runtime::generate::CompiledEvent>) -> Outbox {
+    Outbox::new().migrations_dir(dir.path()).events(events)
+}
+
+#[tokio::test]
+async fn migrations_generate_and_check() {
+    let dir = TempDir::new();
+    let cli = cli_for(&dir, vec![order_confirmed_v1(), shipment_sent()]);
+    let dir_arg = dir.path().to_str().unwrap();
+
+    let (exit, _, err) = outbox(&cli, &["migrations", "check"]).await;
+    assert_eq!(exit, Exit::Failed, "{err}");
+    assert_eq!(exit.code(), 1);
+    assert!(
+        err.contains("stale: a new migration 0001_outbox_events.sql is needed"),
+        "{err}"
+    );
+    assert!(
+        err.contains("run `outbox migrations generate --dir"),
+        "{err}"
+    );
+
+    let (exit, out, err) = outbox(&cli, &["migrations", "generate", "--dir", dir_arg]).await;
+    assert_eq!(exit, Exit::Ok, "{err}");
+    assert!(
+        out.contains("0001_outbox_events.sql") && out.contains("outbox.lock"),
+        "{out}"
+    );
+    assert_eq!(dir.names(), ["0001_outbox_events.sql", "outbox.lock"]);
+
+    let (exit, out, _) = outbox(&cli, &["migrations", "generate"]).await;
+    assert_eq!(exit, Exit::Ok);
+    assert!(out.contains("is up to date: nothing written"), "{out}");
+
+    let (exit, out, _) = outbox(&cli, &["migrations", "check", "--dir", dir_arg]).await;
+    assert_eq!(exit, Exit::Ok);
+    assert!(out.contains("is up to date (2 event versions)"), "{out}");
+
+    // The shape of a locked version changes without a bump.
+    let mut changed = order_confirmed_v1();
+    changed.contract.shape["properties"]["total_cents"] = json!({"type": "number"});
+    let drifted = cli_for(&dir, vec![changed, shipment_sent()]);
+    let before = dir.files();
+    for command in ["generate", "check"] {
+        let (exit, _, err) = outbox(&drifted, &["migrations", command]).await;
+        assert_eq!(exit, Exit::Failed, "{command}: {err}");
+        assert!(
+            err.contains("event `order.confirmed` version 1 changed shape without a version bump"),
+            "{err}"
+        );
+        assert!(
+            err.contains("field `total_cents` changed type from \"integer\" to \"number\""),
+            "{err}"
+        );
+    }
+    assert_eq!(dir.files(), before);
+
+    // An unreadable lock is a folder error.
+    dir.write("outbox.lock", "{ not json");
+    let (exit, _, err) = outbox(&cli, &["migrations", "check"]).await;
+    assert_eq!((exit, exit.code()), (Exit::Files, 4), "{err}");
+    assert!(err.contains("outbox.lock is not a contract lock"), "{err}");
+}
+
+#[tokio::test]
+async fn migrate_applies_the_base_schema_and_the_service_folder() {
+    let db = TestDatabase::empty(2).await;
+    let url = db.url();
+    let dir = TempDir::new();
+    dir.write(
+        "0001_orders.sql",
+        "CREATE TABLE orders (id bigint PRIMARY KEY);\n",
+    );
+    let cli = cli_for(&dir, vec![order_confirmed_v1(), shipment_sent()]);
+    assert_eq!(outbox(&cli, &["migrations", "generate"]).await.0, Exit::Ok);
+
+    for run in 0..2 {
+        let (exit, out, err) = outbox(&cli, &["migrate", "--database-url", &url]).await;
+        assert_eq!(exit, Exit::Ok, "run {run}: {err}");
+        assert!(out.contains("base schema: up to date"), "{out}");
+        assert!(out.contains("(2 files)"), "{out}");
+        assert!(
+            out.contains(
+                "contract registry: agrees with this binary (2 compiled, 0 not registered)"
+            ),
+            "{out}"
+        );
+    }
+
+    let service: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY 1")
+        .fetch_all(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(service, [1, 2]);
+    let base: i64 = sqlx::query_scalar("SELECT count(*) FROM _outbox_migrations")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        base as usize,
+        outbox_runtime::migrate::MIGRATOR.iter().count()
+    );
+    let registered: Vec<String> = sqlx::query_scalar(
+        "SELECT event_type || ' v' || event_version FROM outbox_contracts ORDER BY 1",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(registered, ["order.confirmed v1", "shipment.sent v1"]);
+    let shipping: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'shipping_outbox'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(shipping, 1);
+
+    // A binary whose contract drifted from what the database registered: exit 1.
+    let mut changed = order_confirmed_v1();
+    changed.contract.shape["properties"]["total_cents"] = json!({"type": "number"});
+    let drifted = Outbox::new()
+        .migrations_dir(dir.path())
+        .events(vec![changed]);
+    let (exit, _, err) = outbox(&drifted, &["migrate", "--database-url", &url]).await;
+    assert_eq!(exit, Exit::Failed, "{err}");
+    assert!(
+        err.contains("contract mismatch: event `order.confirmed` version 1 is registered"),
+        "{err}"
+    );
+}
+
+/// Three parcels: one delivered, one exhausted (permanent failure), one pending.
+async fn seed(db: &TestDatabase) -> (uuid::Uuid, uuid::Uuid, uuid::Uuid) {
+    let ids = enqueue_parcels(db.pool(), "p", 3).await;
+    let store = Store::new(db.pool().clone());
+    let claimed = store
+        .claim_batch("test-worker", 2, Duration::from_secs(60), false)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    let (first, second) = (&claimed[0], &claimed[1]);
+    store.complete_if_owned(first.claim()).await.unwrap();
+    let failed = store
+        .fail_if_owned(
+            second.claim(),
+            "receiver said 422:\naddress unknown",
+            Duration::from_secs(1),
+            true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(failed, FailOutcome::Exhausted);
+    let pending = ids
+        .iter()
+        .copied()
+        .find(|id| *id != first.event_id && *id != second.event_id)
+        .unwrap();
+    (first.event_id, second.event_id, pending)
+}
+
+#[tokio::test]
+async fn status_for_people_and_for_scripts() {
+    let db = TestDatabase::new().await;
+    let url = db.url();
+    let (_, exhausted, _) = seed(&db).await;
+    let cli = Outbox::new().events(vec![parcel_event()]);
+
+    let (exit, out, err) = outbox(&cli, &["status", "--database-url", &url]).await;
+    assert_eq!(exit, Exit::Ok, "{err}");
+    let line = |label: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(label))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(out.starts_with("table outbox\n"), "{out}");
+    assert_eq!(
+        line("pending")
+            .split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>(),
+        ["pending", "1"],
+        "{out}"
+    );
+    assert!(line("pending").contains("oldest "), "{out}");
+    assert_eq!(
+        line("processing").split_whitespace().collect::<Vec<_>>(),
+        ["processing", "0"]
+    );
+    assert_eq!(
+        line("delivered").split_whitespace().collect::<Vec<_>>(),
+        ["delivered", "1"]
+    );
+    assert_eq!(
+        line("exhausted ").split_whitespace().collect::<Vec<_>>(),
+        ["exhausted", "1"]
+    );
+    let row = out
+        .lines()
+        .find(|l| l.contains(&exhausted.to_string()))
+        .expect("the exhausted event is listed");
+    assert!(
+        row.contains("parcel.sent") && row.contains("receiver said 422: address unknown"),
+        "{row}"
+    );
+
+    let (exit, out, _) = outbox(&cli, &["status", "--json", "--database-url", &url]).await;
+    assert_eq!(exit, Exit::Ok);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("--json prints JSON");
+    let t = &v["tables"][0];
+    assert_eq!(t["table"], "outbox");
+    assert_eq!(
+        (t["pending"].as_i64(), t["processing"].as_i64()),
+        (Some(1), Some(0))
+    );
+    assert_eq!(
+        (t["delivered"].as_i64(), t["exhausted"].as_i64()),
+        (Some(1), Some(1))
+    );
+    assert!(t["oldest_pending_age_seconds"].as_f64().unwrap() >= 0.0);
+    let e = &t["exhausted_events"][0];
+    assert_eq!(e["event_id"], exhausted.to_string());
+    assert_eq!(e["event_type"], "parcel.sent");
+    assert_eq!(e["attempts"], 1);
+    assert_eq!(e["handler_failures"], 1);
+    assert_eq!(e["last_error"], "receiver said 422:\naddress unknown");
+}
+
+#[tokio::test]
+async fn retry_one_event_or_all_of_a_type() {
+    let db = TestDatabase::new().await;
+    let url = db.url();
+    let (delivered, exhausted, _) = seed(&db).await;
+    let cli = Outbox::new().events(vec![parcel_event()]);
+
+    let (exit, out, err) = outbox(
+        &cli,
+        &["retry", &exhausted.to_string(), "--database-url", &url],
+    )
+    .await;
+    assert_eq!(exit, Exit::Ok, "{err}");
+    assert!(
+        out.contains(&format!("event {exhausted} is pending again")),
+        "{out}"
+    );
+    let row = sqlx::query("SELECT status, attempts FROM outbox WHERE event_id = $1")
+        .bind(exhausted)
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            row.get::<String, _>("status"),
+            row.get::<i32, _>("attempts")
+        ),
+        ("pending".to_owned(), 0)
+    );
+
+    // Not exhausted (any more, or ever): exit 1 and nothing changes.
+    for id in [exhausted, delivered, uuid::Uuid::new_v4()] {
+        let (exit, _, err) =
+            outbox(&cli, &["retry", &id.to_string(), "--database-url", &url]).await;
+        assert_eq!(exit, Exit::Failed, "{err}");
+        assert!(
+            err.contains(&format!("no exhausted event {id} in table outbox")),
+            "{err}"
+        );
+    }
+    let delivered_status: String =
+        sqlx::query_scalar("SELECT status FROM outbox WHERE event_id = $1")
+            .bind(delivered)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(delivered_status, "delivered");
+
+    // Exhaust both pending parcels, then retry the type.
+    let store = Store::new(db.pool().clone());
+    for claimed in store
+        .claim_batch("w", 10, Duration::from_secs(60), false)
+        .await
+        .unwrap()
+    {
+        store
+            .fail_if_owned(claimed.claim(), "down", Duration::ZERO, true)
+            .await
+            .unwrap();
+    }
+    let (exit, out, err) = outbox(
+        &cli,
+        &["retry", "--type", "parcel.sent", "--database-url", &url],
+    )
+    .await;
+    assert_eq!(exit, Exit::Ok, "{err}");
+    assert!(
+        out.starts_with("2 exhausted events of type parcel.sent are pending again"),
+        "{out}"
+    );
+    let exhausted_left: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = 'exhausted'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(exhausted_left, 0);
+}
+
+#[tokio::test]
+async fn purge_deletes_only_delivered_events_past_the_age() {
+    let db = TestDatabase::new().await;
+    let url = db.url();
+    let (delivered, _, _) = seed(&db).await;
+    // A second delivered event, delivered eight days ago by the database clock.
+    let store = Store::new(db.pool().clone());
+    let old = enqueue_parcels(db.pool(), "old", 1).await[0];
+    sqlx::query("UPDATE outbox SET status = 'delivered', delivered_at = now() - interval '8 days' WHERE event_id = $1")
+        .bind(old)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let cli = Outbox::new().events(vec![parcel_event()]);
+
+    let (exit, out, err) = outbox(
+        &cli,
+        &[
+            "purge",
+            "--older-than",
+            "7d",
+            "--batch",
+            "1",
+            "--database-url",
+            &url,
+        ],
+    )
+    .await;
+    assert_eq!(exit, Exit::Ok, "{err}");
+    assert_eq!(
+        out,
+        "deleted 1 delivered events older than 7d from outbox\n"
+    );
+    let left: Vec<(uuid::Uuid, String)> =
+        sqlx::query_as("SELECT event_id, status FROM outbox ORDER BY id")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(left.len(), 3, "{left:?}");
+    assert!(!left.iter().any(|(id, _)| *id == old));
+    assert!(
+        left.iter()
+            .any(|(id, status)| *id == delivered && status == "delivered")
+    );
+}
+
+#[tokio::test]
+async fn usage_and_database_errors_have_their_own_exit_codes() {
+    let db = TestDatabase::empty(2).await;
+    let url = db.url();
+    let cli = Outbox::new().events(vec![parcel_event()]);
+
+    let (exit, out, _) = outbox(&cli, &["--help"]).await;
+    assert_eq!(exit, Exit::Ok);
+    for command in [
+        "migrate",
+        "migrations",
+        "status",
+        "retry",
+        "purge",
+        "grants",
+    ] {
+        assert!(out.contains(command), "--help lists {command}: {out}");
+    }
+
+    for args in [
+        vec![],
+        vec!["frobnicate"],
+        vec!["retry"],
+        vec!["purge", "--older-than", "7x"],
+        vec!["status", "--limit", "many"],
+    ] {
+        let (exit, _, err) = outbox(&cli, &args).await;
+        assert_eq!((exit, exit.code()), (Exit::Usage, 2), "{args:?}: {err}");
+    }
+    let (_, _, err) = outbox(&cli, &["purge", "--older-than", "7x"]).await;
+    assert!(err.contains("`7x` is not a duration"), "{err}");
+
+    let (exit, _, err) = outbox(
+        &cli,
+        &[
+            "status",
+            "--table",
+            "x; DROP TABLE outbox",
+            "--database-url",
+            &url,
+        ],
+    )
+    .await;
+    assert_eq!(exit, Exit::Usage, "{err}");
+    assert!(err.contains("is not a valid outbox table name"), "{err}");
+
+    let (exit, _, err) = outbox(&cli, &["status", "--database-url", ""]).await;
+    assert_eq!(exit, Exit::Usage, "{err}");
+    assert!(
+        err.contains("set DATABASE_URL or pass --database-url"),
+        "{err}"
+    );
+
+    // Nothing listens on port 1 of the loopback interface.
+    let (exit, _, err) = outbox(
+        &cli,
+        &[
+            "status",
+            "--database-url",
+            "postgres://postgres@127.0.0.1:1/none",
+        ],
+    )
+    .await;
+    assert_eq!((exit, exit.code()), (Exit::Database, 3), "{err}");
+    assert!(err.contains("cannot connect to the database"), "{err}");
+
+    // An empty database (no schema): a database error that says what to run.
+    let (exit, _, err) = outbox(&cli, &["status", "--database-url", &url]).await;
+    assert_eq!(exit, Exit::Database, "{err}");
+    assert!(err.contains("run `outbox migrate` first"), "{err}");
+}
+
+#[tokio::test]
+async fn grants_prints_sql_for_the_tables_the_events_name() {
+    let cli = Outbox::new().events(vec![parcel_event(), shipment_sent()]);
+    let (exit, out, err) = outbox(
+        &cli,
+        &[
+            "grants",
+            "--enqueuer",
+            "shop_app",
+            "--worker",
+            "shop_worker",
+        ],
+    )
+    .await;
+    assert_eq!(exit, Exit::Ok, "{err}");
+    assert!(
+        out.contains("ON outbox TO shop_app;") && out.contains("ON shipping_outbox TO shop_app;"),
+        "{out}"
+    );
+    assert!(
+        out.contains("GRANT SELECT, DELETE ON shipping_outbox TO shop_worker;"),
+        "{out}"
+    );
+
+    let (exit, _, err) = outbox(
+        &cli,
+        &[
+            "grants",
+            "--enqueuer",
+            "app\"; DROP ROLE x; --",
+            "--worker",
+            "w",
+        ],
+    )
+    .await;
+    assert_eq!(exit, Exit::Usage, "{err}");
+    assert!(err.contains("is not a usable role name"), "{err}");
+}
