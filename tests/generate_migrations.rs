@@ -261,12 +261,20 @@ fn check_mode_fails_on_stale_output_and_passes_on_fresh() {
         stale.stale
     );
 
+    // Renaming the Rust type is not a contract change: nothing is stale.
+    let mut renamed = order_confirmed_v1();
+    renamed.contract.type_name = "other_crate::OrderConfirmed";
+    assert!(
+        check_migrations(dir.path(), &[renamed])
+            .unwrap()
+            .is_up_to_date()
+    );
+
     // A hand-edited lock is stale.
     let lock = dir.read(LOCK_FILE);
-    dir.write(
-        LOCK_FILE,
-        &lock.replace("\"shop::OrderConfirmedV1\"", "\"shop::Renamed\""),
-    );
+    let compact =
+        serde_json::to_string(&serde_json::from_str::<serde_json::Value>(&lock).unwrap()).unwrap();
+    dir.write(LOCK_FILE, &compact);
     let edited = check_migrations(dir.path(), &events).unwrap();
     assert!(
         edited

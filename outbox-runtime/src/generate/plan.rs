@@ -167,13 +167,16 @@ pub fn plan(events: &[CompiledEvent], folder: &FolderSnapshot) -> Result<Plan, G
         return Err(GenerateError::ShapeChanged { drifts });
     }
 
-    // Contracts the registry must (re)receive: new ones, and known ones whose table or type
-    // changed or that come back after being removed.
+    // Contracts the registry must (re)receive: new ones, and known ones whose table changed or
+    // that come back after being removed. The Rust type name is not part of the contract: it
+    // differs between binaries that include the same event file (`module_path!` names the
+    // crate) and changes on a rename, neither of which changes a stored row. The lock keeps
+    // the name of the type that registered the version.
     let to_register: Vec<&PlannedContract> = compiled
         .values()
         .filter(|c| match lock.contract(&c.name, c.version) {
             None => true,
-            Some(l) => !l.compiled || l.table != c.table || l.type_name != c.type_name,
+            Some(l) => !l.compiled || l.table != c.table,
         })
         .collect();
 
