@@ -1,0 +1,90 @@
+//! The order service, end to end:
+//!
+//! ```text
+//! cargo run --example order_service
+//! ```
+//!
+//! Confirming an order updates it with an optimistic version check and enqueues
+//! `OrderConfirmed` in the same transaction. A worker publishes the events to a shipping service
+//! (an HTTP receiver this example runs on loopback, deduplicating with the inbox) and, when a
+//! NATS server answers on 127.0.0.1:4222 (or `--nats-url` / `NATS_URL` names one), to JetStream.
+//! The shipping service loses its first responses on purpose, so the output shows redeliveries
+//! being dropped as duplicates by both receivers.
+//!
+//! Needs only PostgreSQL, found like the tests find it (`DATABASE_URL`, else 127.0.0.1:5432,
+//! else a throwaway server from the local PostgreSQL binaries). It works in a database of its
+//! own, dropped at exit (`OUTBOX_KEEP_TEST_DB=1` keeps it).
+
+mod app;
+mod events;
+mod orders;
+mod receiver;
+
+use clap::Parser;
+use outbox_runtime::testing::TestDatabase;
+
+#[derive(Debug, Parser)]
+#[command(
+    about = "The outbox order service example: confirm orders, publish them, show what each receiver saw"
+)]
+struct Args {
+    /// Orders to place and confirm.
+    #[arg(long, default_value_t = 5)]
+    orders: usize,
+    /// Publish to this NATS server (it must answer). Default: 127.0.0.1:4222 when it answers.
+    #[arg(long, env = "NATS_URL")]
+    nats_url: Option<String>,
+    /// Do not use NATS even if a server answers.
+    #[arg(long, conflicts_with = "nats_url")]
+    no_nats: bool,
+    /// Responses the shipping service loses on purpose (after applying the event).
+    #[arg(long, default_value_t = 2)]
+    lose_responses: u64,
+    /// Keep the JetStream stream this run creates.
+    #[arg(long)]
+    keep_stream: bool,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let options = app::Options {
+        orders: args.orders,
+        nats: match (args.no_nats, args.nats_url) {
+            (true, _) => app::NatsChoice::Off,
+            (false, Some(url)) => app::NatsChoice::Url(url),
+            (false, None) => app::NatsChoice::Probe,
+        },
+        lose_responses: args.lose_responses,
+        keep_stream: args.keep_stream,
+    };
+
+    let db = TestDatabase::new().await;
+    let server = db.connect_options();
+    println!(
+        "database: {} on {}:{} (created for this run, dropped at exit)",
+        db.name(),
+        server.get_host(),
+        server.get_port()
+    );
+    match app::run(db.pool(), &options).await {
+        Ok(report) => {
+            println!("{report}");
+            if report.ok() {
+                std::process::ExitCode::SUCCESS
+            } else {
+                std::process::ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("order_service: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
