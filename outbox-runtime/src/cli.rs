@@ -1,11 +1,10 @@
 //! The `outbox` operator command, embedded in a service's own binary (so it links the
 //! service's events: `migrations generate` reads them).
 //!
+//! `src/bin/outbox.rs` is one line in `fn main() { .. }`:
+//!
 //! ```no_run
-//! // src/bin/outbox.rs
-//! fn main() {
-//!     outbox_runtime::cli::run()
-//! }
+//! outbox_runtime::cli::run()
 //! ```
 //!
 //! Commands: `migrate`, `migrations generate`, `migrations check`, `status [--json]`,
