@@ -12,6 +12,7 @@ use adapters_support::{
 };
 use outbox_runtime::Store;
 use outbox_runtime::delivery::FailureKind;
+use outbox_runtime::inbox::{self, ApplyOutcome};
 use outbox_runtime::publish::Envelope;
 use outbox_runtime::publish::http::{HttpConfig, HttpPublisher};
 use outbox_runtime::testing::TestDatabase;
@@ -225,10 +226,9 @@ async fn an_unreachable_receiver_retries_and_never_loses_the_event() {
     let db = TestDatabase::new().await;
     let store = Store::new(db.pool().clone());
     let port = closed_port();
-    let sink = publisher(
-        &format!("http://127.0.0.1:{port}/events"),
-        Duration::from_secs(2),
-    );
+    // Credentials and a token in the URL must never reach the stored reason.
+    let url = format!("http://user:secret@127.0.0.1:{port}/events?token=abc");
+    let sink = publisher(&url, Duration::from_secs(2));
     let (event_id, _) = enqueue(db.pool(), "patient", 10).await;
 
     for n in 1..=3 {
@@ -237,6 +237,10 @@ async fn an_unreachable_receiver_retries_and_never_loses_the_event() {
         assert!(!err.is_permanent());
         assert!(
             err.message.contains("cannot connect to http://127.0.0.1:"),
+            "{err}"
+        );
+        assert!(
+            !err.message.contains("secret") && !err.message.contains("token"),
             "{err}"
         );
         assert_eq!(settled, Settled::Rescheduled);
@@ -323,4 +327,106 @@ async fn statuses_outside_the_delivered_set_are_failures() {
     assert_eq!(settled, Settled::Exhausted);
     assert_eq!(receiver.seen()[0].answered, 409);
     assert_eq!(receiver.effects(event_id).await, 0);
+}
+
+/// A receiver that applies the event and then closes the connection without answering (it
+/// crashed mid-response, a proxy cut it): a raw TCP server, since a well-behaved HTTP server
+/// always answers. The second connection gets a real answer.
+#[tokio::test]
+async fn a_connection_dropped_after_the_effect_is_retried_and_applied_once() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    // Reuse the receiver's table and inbox consumer, without its HTTP server.
+    let recorder = Receiver::start(db.pool(), vec![]).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let pool = db.pool().clone();
+    let server = tokio::spawn(async move {
+        let mut keys = Vec::new();
+        for connection in 0..2 {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            // Read the headers, then Content-Length bytes of body.
+            let (head_end, length) = loop {
+                let n = socket.read(&mut buf).await.unwrap();
+                request.extend_from_slice(&buf[..n]);
+                if let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map(|v| v.trim().parse().unwrap())
+                        .unwrap();
+                    break (end + 4, length);
+                }
+            };
+            while request.len() < head_end + length {
+                let n = socket.read(&mut buf).await.unwrap();
+                request.extend_from_slice(&buf[..n]);
+            }
+            let head = String::from_utf8_lossy(&request[..head_end]).to_ascii_lowercase();
+            keys.push(
+                head.lines()
+                    .find_map(|l| l.strip_prefix("idempotency-key:"))
+                    .map(|v| v.trim().to_owned()),
+            );
+            let envelope: Envelope =
+                serde_json::from_slice(&request[head_end..head_end + length]).unwrap();
+            let mut tx = pool.begin().await.unwrap();
+            let outcome =
+                inbox::apply_once(&mut tx, adapters_support::RECEIVER_CONSUMER, envelope.id)
+                    .await
+                    .unwrap();
+            if outcome == ApplyOutcome::Applied {
+                sqlx::query("INSERT INTO receiver_effects (event_id, total_cents) VALUES ($1, 0)")
+                    .bind(envelope.id)
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+            }
+            tx.commit().await.unwrap();
+            if connection == 0 {
+                drop(socket); // applied, and no answer at all
+            } else {
+                let status = if outcome == ApplyOutcome::Applied {
+                    "200 OK"
+                } else {
+                    "409 Conflict"
+                };
+                let answer =
+                    format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                socket.write_all(answer.as_bytes()).await.unwrap();
+                socket.shutdown().await.unwrap();
+            }
+        }
+        keys
+    });
+    let sink = publisher(&format!("http://{addr}/events"), Duration::from_secs(5));
+    let (event_id, _) = enqueue(db.pool(), "cut", 10).await;
+
+    let (first, settled) = attempt(&store, &sink).await;
+    let err = first.unwrap_err();
+    assert!(!err.is_permanent(), "{err}");
+    assert!(
+        err.message
+            .contains("the receiver may have applied the event"),
+        "{err}"
+    );
+    assert_eq!(settled, Settled::Rescheduled);
+    let (second, settled) = attempt(&store, &sink).await;
+    assert_eq!(second, Ok(()), "409 for the known key");
+    assert_eq!(settled, Settled::Delivered);
+
+    let keys = server.await.unwrap();
+    let key = event_id.to_string();
+    assert_eq!(keys, vec![Some(key.clone()), Some(key)]);
+    assert_eq!(recorder.effects(event_id).await, 1);
+    let done = row(db.pool(), event_id).await;
+    assert_eq!(
+        (done.status.as_str(), done.attempts, done.handler_failures),
+        ("delivered", 2, 1)
+    );
 }

@@ -233,3 +233,53 @@ async fn connecting_to_no_server_says_how_to_start_one() {
         "{err}"
     );
 }
+
+/// A subject a core NATS subscriber listens on, with no stream: the publish reaches the
+/// subscriber (which never acknowledges), so no JetStream acknowledgement ever comes. Without
+/// an acknowledgement the event is not delivered: it is retried, never lost.
+#[tokio::test]
+async fn a_missing_acknowledgement_is_a_retry_within_the_ack_timeout() {
+    use futures::StreamExt;
+
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let unique = uuid::Uuid::new_v4().simple().to_string();
+    let config = NatsConfig {
+        subject_prefix: format!("t{unique}"),
+        ack_timeout: Duration::from_millis(500),
+    };
+    let client = nats().await;
+    let publisher = NatsPublisher::new(client.clone(), config).unwrap();
+    let mut silent = client.subscribe(publisher.subject_filter()).await.unwrap();
+    client.flush().await.unwrap();
+    let (event_id, _) = enqueue(db.pool(), "unacked", 10).await;
+
+    let (outcome, settled) = attempt(&store, &publisher).await;
+
+    let err = outcome.unwrap_err();
+    assert!(!err.is_permanent());
+    assert!(
+        err.message.contains("no JetStream acknowledgement") && err.message.contains("500ms"),
+        "{err}"
+    );
+    assert_eq!(settled, Settled::Rescheduled);
+    let r = row(db.pool(), event_id).await;
+    assert_eq!((r.status.as_str(), r.handler_failures), ("pending", 1));
+    // What the (silent) receiver got: the message, with the event id as Nats-Msg-Id.
+    let got = tokio::time::timeout(Duration::from_secs(5), silent.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let headers = got.headers.unwrap();
+    assert_eq!(
+        headers.get("Nats-Msg-Id").map(|v| v.as_str().to_owned()),
+        Some(event_id.to_string())
+    );
+    assert_eq!(
+        publisher.stats(),
+        NatsStats {
+            stored: 0,
+            duplicates: 0
+        }
+    );
+}

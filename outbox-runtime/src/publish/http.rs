@@ -323,7 +323,7 @@ impl HttpPublisher {
     }
 
     fn transport_failure(&self, e: &reqwest::Error) -> HandlerError {
-        let detail = error_chain(e);
+        let detail = error_causes(e);
         if e.is_timeout() {
             HandlerError::retry(format!(
                 "no response from {} within {:?}; the receiver may have applied the event, \
@@ -333,7 +333,12 @@ impl HttpPublisher {
         } else if e.is_connect() {
             HandlerError::retry(format!("cannot connect to {}: {detail}", self.shown_url))
         } else {
-            HandlerError::retry(format!("request to {} failed: {detail}", self.shown_url))
+            // The request may have been sent in full before the connection broke.
+            HandlerError::retry(format!(
+                "request to {} failed: {detail}; the receiver may have applied the event, \
+                 and the retry sends the same Idempotency-Key",
+                self.shown_url
+            ))
         }
     }
 }
@@ -430,20 +435,29 @@ async fn read_bounded(response: &mut reqwest::Response, limit: usize) -> (Vec<u8
     (body, false)
 }
 
-/// `e` and its sources, joined: reqwest's top-level message alone often says only
-/// "error sending request".
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
+/// The causes of `e`, joined: reqwest's own message ("error sending request for url (...)")
+/// is left out, because it names the full URL, query string included, which may carry a token.
+fn error_causes(e: &reqwest::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         let part = s.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
+        if !parts.iter().any(|p| p.contains(&part)) {
+            parts.push(part);
         }
         source = s.source();
     }
-    text
+    if parts.is_empty() {
+        let kind = if e.is_body() {
+            "the response body broke off"
+        } else if e.is_decode() {
+            "the response could not be decoded"
+        } else {
+            "the request failed"
+        };
+        parts.push(kind.to_owned());
+    }
+    parts.join(": ")
 }
 
 #[cfg(test)]
