@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use outbox_runtime::Store;
-use outbox_runtime::store::sql::STATEMENTS;
+use outbox_runtime::store::sql::{STATEMENTS, TABLE_PLACEHOLDER};
 use outbox_runtime::testing::TestDatabase;
 use outbox_runtime::{Event, store::FailOutcome, store::Ownership};
 use sqlx::postgres::PgPoolOptions;
@@ -19,7 +19,7 @@ fn statement(name: &str) -> String {
         .iter()
         .find(|(n, _)| *n == name)
         .expect("statement exists");
-    sql.replace("/* TEMPLATE: table */outbox", "outbox")
+    sql.replace(TABLE_PLACEHOLDER, "outbox")
 }
 
 const LONG_LEASE: Duration = Duration::from_secs(60);

@@ -7,7 +7,7 @@ mod store_support;
 use std::time::Duration;
 
 use outbox_runtime::Store;
-use outbox_runtime::store::sql::STATEMENTS;
+use outbox_runtime::store::sql::{STATEMENTS, TABLE_PLACEHOLDER};
 use outbox_runtime::store::{create_table_sql, notify_channel};
 use outbox_runtime::testing::TestDatabase;
 use outbox_runtime::{Error, Event};
@@ -242,7 +242,7 @@ async fn every_statement_uses_its_index_on_a_large_table() {
     let mut report = String::new();
     let mut wrong = Vec::new();
     for &(name, template) in STATEMENTS {
-        let sql = template.replace("/* TEMPLATE: table */outbox", "outbox");
+        let sql = template.replace(TABLE_PLACEHOLDER, "outbox");
         let explain = format!("EXPLAIN {sql}");
         let rows = bind_for(name, sqlx::query(sqlx::AssertSqlSafe(explain)))
             .fetch_all(db.pool())

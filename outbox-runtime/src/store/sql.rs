@@ -12,7 +12,7 @@ use std::sync::{OnceLock, RwLock};
 use crate::error::{Error, Result};
 
 /// The placeholder every statement file writes in place of the table name.
-pub(crate) const TABLE_PLACEHOLDER: &str = "/* TEMPLATE: table */outbox";
+pub const TABLE_PLACEHOLDER: &str = "/* TEMPLATE: table */outbox";
 
 /// The table and its indexes (a template).
 pub(crate) const CREATE_TABLE: &str = include_str!("sql/create_table.sql");
@@ -49,7 +49,8 @@ pub(crate) const EXHAUSTED_EVENTS: &str = include_str!("sql/exhausted_events.sql
 /// Bounded deletion of delivered events past retention.
 pub(crate) const PURGE_DELIVERED: &str = include_str!("sql/purge_delivered.sql");
 
-/// Every statement template with its name, in file order (used by the EXPLAIN test and docs).
+/// Every statement template with its name (used by the EXPLAIN test in `tests/store_schema.rs`;
+/// render one with `template.replace(TABLE_PLACEHOLDER, table)`).
 pub const STATEMENTS: &[(&str, &str)] = &[
     ("enqueue", ENQUEUE),
     ("existing_by_key", EXISTING_BY_KEY),
