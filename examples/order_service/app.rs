@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use outbox_runtime::Store;
 use outbox_runtime::publish::FanOut;
 use outbox_runtime::publish::http::{HttpConfig, HttpPublisher};
-use outbox_runtime::publish::nats::{NatsConfig, NatsPublisher};
+use outbox_runtime::publish::nats::{NatsConfig, NatsPublisher, without_credentials};
 use outbox_runtime::worker::{RetryPolicy, Worker, WorkerCounters};
 use sqlx::PgPool;
 
@@ -403,9 +403,10 @@ async fn connect_nats(choice: &NatsChoice) -> Result<Option<(String, NatsPublish
         NatsPublisher::new(client, config).map_err(BoxError::from)
     };
     match attempt.await {
-        Ok(publisher) => Ok(Some((url, publisher))),
+        // Shown in the output: never a password or token.
+        Ok(publisher) => Ok(Some((without_credentials(&url), publisher))),
         Err(_) if probe => Ok(None),
-        Err(e) => Err(format!("cannot use NATS at {url}: {e}; start a server with `nats-server -js`, or leave out --nats-url").into()),
+        Err(e) => Err(format!("cannot use NATS at {}: {e}; start a server with `nats-server -js`, or leave out --nats-url", without_credentials(&url)).into()),
     }
 }
 

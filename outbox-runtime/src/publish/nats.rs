@@ -95,7 +95,8 @@ impl NatsPublisher {
             .await
             .map_err(|e| {
                 Error::Config(format!(
-                    "cannot connect to NATS at {url}: {e}; start a JetStream-enabled server (`nats-server -js`) or fix the URL"
+                    "cannot connect to NATS at {}: {e}; start a JetStream-enabled server (`nats-server -js`) or fix the URL",
+                    without_credentials(url)
                 ))
             })?;
         NatsPublisher::new(client, config)
@@ -258,6 +259,17 @@ pub fn subject_for(prefix: &str, event_type: &str) -> String {
     subject
 }
 
+/// `url` without a `user:password@` or `token@` part, for messages.
+pub fn without_credentials(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}{}", &url[..scheme_end + 3], &url[at + 1..])
+        }
+        (None, Some(at)) => url[at + 1..].to_owned(),
+        _ => url.to_owned(),
+    }
+}
+
 fn is_token_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '-' || c == '_'
 }
@@ -292,6 +304,19 @@ mod tests {
         );
         assert_eq!(subject_for("outbox", "a b.*.>..x"), "outbox.a_b._._._.x");
         assert_eq!(subject_for("outbox", ""), "outbox._");
+    }
+
+    #[test]
+    fn urls_are_shown_without_credentials() {
+        assert_eq!(
+            without_credentials("nats://user:pw@127.0.0.1:4222"),
+            "nats://127.0.0.1:4222"
+        );
+        assert_eq!(without_credentials("tok@127.0.0.1:4222"), "127.0.0.1:4222");
+        assert_eq!(
+            without_credentials("nats://127.0.0.1:4222"),
+            "nats://127.0.0.1:4222"
+        );
     }
 
     #[test]
