@@ -14,6 +14,26 @@
 //!
 //! Both publishers describe an event the same way: the [`Envelope`] as the body, and the
 //! metadata of [`metadata_headers`] as message headers.
+//!
+//! ```no_run
+//! # #[cfg(all(feature = "nats", feature = "http"))]
+//! # async fn f(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use outbox_runtime::publish::FanOut;
+//! use outbox_runtime::publish::http::{HttpConfig, HttpPublisher};
+//! use outbox_runtime::publish::nats::{NatsConfig, NatsPublisher};
+//! use outbox_runtime::worker::Worker;
+//!
+//! let lease = Duration::from_secs(30);
+//! let broker = NatsPublisher::connect("nats://127.0.0.1:4222", NatsConfig::default()).await?;
+//! broker.ensure_stream("OUTBOX", Duration::from_secs(2 * 3600)).await?; // subjects `outbox.>`
+//! let webhook = HttpPublisher::new("https://billing.internal/events", HttpConfig::default())?;
+//! broker.check_lease(lease)?; // the ack timeout must be shorter than the lease
+//! webhook.check_lease(lease)?; // so must the request timeout
+//! let sink = FanOut::new().to("nats", broker).to("billing", webhook);
+//! let worker = Worker::builder(pool, sink).lease(lease).start().await?;
+//! # Ok(()) }
+//! ```
 
 pub mod fanout;
 #[cfg(feature = "http")]
