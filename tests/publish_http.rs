@@ -10,12 +10,13 @@ use adapters_support::{
     LEASE, OrderShipped, Receiver, Settled, Step, TRACEPARENT, attempt, claim, closed_port,
     enqueue, row,
 };
-use outbox_runtime::Store;
 use outbox_runtime::delivery::FailureKind;
 use outbox_runtime::inbox::{self, ApplyOutcome};
 use outbox_runtime::publish::Envelope;
 use outbox_runtime::publish::http::{HttpConfig, HttpPublisher};
 use outbox_runtime::testing::TestDatabase;
+use outbox_runtime::{Delivery, Sink, Store};
+use tokio_util::sync::CancellationToken;
 
 fn publisher(url: &str, timeout: Duration) -> HttpPublisher {
     let publisher = HttpPublisher::new(
@@ -429,4 +430,84 @@ async fn a_connection_dropped_after_the_effect_is_retried_and_applied_once() {
         (done.status.as_str(), done.attempts, done.handler_failures),
         ("delivered", 2, 1)
     );
+}
+
+/// When the worker loses the lease (or shutdown's deadline passes) it cancels the delivery's
+/// `lease_lost` token: a request not yet sent is not sent, one in flight is abandoned.
+#[tokio::test]
+async fn a_lost_lease_abandons_the_request() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let receiver = Receiver::start(
+        db.pool(),
+        vec![Step::ApplyThenStall(Duration::from_secs(3))],
+    )
+    .await;
+    let sink = publisher(&receiver.url("/events"), Duration::from_secs(10));
+    let (event_id, _) = enqueue(db.pool(), "orphaned", 10).await;
+
+    // Lost before sending: nothing is sent.
+    let (event, _) = claim(&store, 1).await.pop().unwrap();
+    let lost = CancellationToken::new();
+    lost.cancel();
+    let outcome = sink.deliver(&event, &Delivery::new(&event, lost)).await;
+    assert!(
+        outcome
+            .as_ref()
+            .unwrap_err()
+            .message
+            .contains("the lease was lost"),
+        "{outcome:?}"
+    );
+    assert!(
+        receiver.seen().is_empty(),
+        "no request after the lease was lost"
+    );
+    assert_eq!(
+        adapters_support::settle(&store, &event, &outcome).await,
+        Settled::Rescheduled
+    );
+
+    // Lost while the receiver holds the request: abandoned (the receiver would answer 200 after 3 s).
+    let (event, _) = claim(&store, 1).await.pop().unwrap();
+    let lost = CancellationToken::new();
+    let delivery = Delivery::new(&event, lost.clone());
+    let cancel_when_seen = async {
+        while receiver.seen().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        lost.cancel();
+    };
+    let (outcome, ()) = tokio::join!(sink.deliver(&event, &delivery), cancel_when_seen);
+    assert!(
+        outcome
+            .as_ref()
+            .unwrap_err()
+            .message
+            .contains("the lease was lost"),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        adapters_support::settle(&store, &event, &outcome).await,
+        Settled::Rescheduled
+    );
+    assert_eq!(
+        receiver.effects(event_id).await,
+        1,
+        "the receiver applied it before the answer was abandoned"
+    );
+
+    // The next attempt finds the key known.
+    let (outcome, settled) = attempt(&store, &sink).await;
+    assert_eq!(outcome, Ok(()));
+    assert_eq!(settled, Settled::Delivered);
+    assert_eq!(
+        receiver
+            .seen()
+            .iter()
+            .map(|s| s.answered)
+            .collect::<Vec<_>>(),
+        vec![200, 409]
+    );
+    assert_eq!(receiver.effects(event_id).await, 1);
 }

@@ -49,7 +49,7 @@ use reqwest::header::{CONTENT_TYPE, DATE, HeaderMap, HeaderName, HeaderValue, RE
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::{Envelope, IDEMPOTENCY_KEY, bounded_text, metadata_headers};
+use super::{Envelope, IDEMPOTENCY_KEY, bounded_text, metadata_headers, unless_lease_lost};
 use crate::delivery::{Delivery, HandlerError};
 use crate::error::{Error, Result};
 use crate::sink::Sink;
@@ -349,7 +349,7 @@ impl Sink for HttpPublisher {
         event: &'a ClaimedEvent,
         delivery: &'a Delivery,
     ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
+        Box::pin(unless_lease_lost(delivery, async move {
             if self.config.batch.is_some() {
                 // A batch receiver only understands arrays: send a batch of one.
                 let mut results = self.post_batch(&[(event, delivery)]).await;
@@ -359,7 +359,7 @@ impl Sink for HttpPublisher {
             } else {
                 self.post_one(event, delivery).await
             }
-        })
+        }))
     }
 
     fn max_batch(&self) -> usize {

@@ -46,7 +46,7 @@ pub use fanout::FanOut;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::delivery::Delivery;
+use crate::delivery::{Delivery, HandlerError};
 use crate::store::ClaimedEvent;
 
 /// Header carrying the stable idempotency key (the event id) on HTTP requests.
@@ -208,6 +208,24 @@ fn is_forwardable_name(name: &str) -> bool {
 
 fn is_forwardable_value(value: &str) -> bool {
     value.len() <= MAX_HEADER_VALUE && value.bytes().all(|b| (0x20..0x7f).contains(&b))
+}
+
+/// Run `send` unless, or until, the delivery's lease is lost (the worker could not renew it, or
+/// shutdown's deadline passed): then another worker may deliver the event, and this attempt's
+/// outcome could not be recorded anyway, so the request or publish is abandoned. A lease lost
+/// before sending sends nothing.
+pub(crate) async fn unless_lease_lost(
+    delivery: &Delivery,
+    send: impl std::future::Future<Output = Result<(), HandlerError>>,
+) -> Result<(), HandlerError> {
+    tokio::select! {
+        biased;
+        () = delivery.lease_lost().cancelled() => Err(HandlerError::retry(
+            "the lease was lost before the receiver answered; the event will be delivered again \
+             (the receiver may already have it)",
+        )),
+        outcome = send => outcome,
+    }
 }
 
 /// Cut `bytes` to at most `limit` bytes of (lossy) UTF-8, saying so when something was cut.

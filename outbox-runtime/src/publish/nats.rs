@@ -19,7 +19,7 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::{self, context::PublishErrorKind};
 use futures::future::BoxFuture;
 
-use super::{Envelope, metadata_headers};
+use super::{Envelope, metadata_headers, unless_lease_lost};
 use crate::delivery::{Delivery, HandlerError};
 use crate::error::{Error, Result};
 use crate::sink::Sink;
@@ -208,7 +208,7 @@ impl Sink for NatsPublisher {
         event: &'a ClaimedEvent,
         delivery: &'a Delivery,
     ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(self.publish(event, delivery))
+        Box::pin(unless_lease_lost(delivery, self.publish(event, delivery)))
     }
 }
 
