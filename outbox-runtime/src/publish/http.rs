@@ -238,14 +238,14 @@ impl HttpPublisher {
             let body = bounded_text(&body, limit, truncated);
             return every(Err(self.failure(status, retry_after, &body)));
         }
+        if truncated {
+            return every(Err(HandlerError::retry(format!(
+                "batch response from {} is over {MAX_BATCH_RESPONSE_BYTES} bytes; not read",
+                self.shown_url
+            ))));
+        }
         let parsed: BatchResponse = match serde_json::from_slice(&body) {
-            Ok(parsed) if !truncated => parsed,
-            Ok(_) => {
-                return every(Err(HandlerError::retry(format!(
-                    "batch response from {} is over {MAX_BATCH_RESPONSE_BYTES} bytes; not read",
-                    self.shown_url
-                ))));
-            }
+            Ok(parsed) => parsed,
             Err(e) => {
                 return every(Err(HandlerError::retry(format!(
                     "batch response from {} (HTTP {status}) is not a {{\"results\": [...]}} document: {e}",
