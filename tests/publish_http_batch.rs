@@ -80,8 +80,8 @@ async fn only_the_items_the_receiver_accepted_are_delivered() {
     assert_eq!(row(db.pool(), reject).await.status, "exhausted");
     let busy_row = row(db.pool(), busy).await;
     assert_eq!(
-        (busy_row.status.as_str(), busy_row.ready),
-        ("pending", false),
+        (busy_row.status.as_str(), busy_row.scheduled_delay_ms),
+        ("pending", 5000),
         "waits for the item's retry_after"
     );
     let omit_row = row(db.pool(), omit).await;

@@ -84,20 +84,24 @@ async fn with_postgres_only_the_http_receiver_applies_every_order_once_despite_l
         (report.events, report.delivered, report.exhausted),
         (4, 4, 0)
     );
+    // Exact when nothing else times out; a loaded machine can add retries, never remove them.
     assert_eq!(report.http.lost_responses, 2);
-    assert_eq!(
-        report.http.duplicates, 2,
-        "each lost response came back as a duplicate"
+    assert!(
+        report.http.duplicates >= 2,
+        "each lost response came back as a duplicate: {report}"
     );
     assert_eq!(report.http.applied, 4);
-    assert_eq!(report.http.requests, 6);
-    assert_eq!(report.attempts, 6);
+    assert!(
+        report.http.requests >= 6 && report.attempts >= 6,
+        "{report}"
+    );
     assert_eq!(report.shipments, 4);
     assert!(matches!(report.nats, NatsReport::NotUsed(_)));
     let text = report.to_string();
     assert!(text.contains("nats  not used: switched off"), "{text}");
+    assert!(text.contains(" requests, 4 applied, "), "{text}");
     assert!(
-        text.contains("http:      6 requests, 4 applied, 2 duplicate(s) dropped by the inbox"),
+        text.contains(" duplicate(s) dropped by the inbox (2 response(s) lost on purpose"),
         "{text}"
     );
     assert!(text.ends_with("result:    OK"), "{text}");
@@ -131,19 +135,20 @@ async fn with_nats_both_receivers_take_part_and_both_drop_the_redeliveries() {
         panic!("NATS was named but not used: {report}");
     };
     assert_eq!(*messages, 3, "one message per confirmed order");
-    assert_eq!(
-        *duplicates, 1,
+    assert!(
+        *duplicates >= 1,
         "the retry after the lost HTTP response reached NATS again and was dropped"
     );
     assert!(subject.ends_with(".order.confirmed"), "{subject}");
-    assert_eq!((report.http.applied, report.http.duplicates), (3, 1));
+    assert_eq!(report.http.applied, 3);
+    assert!(report.http.duplicates >= 1, "{report}");
     let text = report.to_string();
     assert!(
         text.contains(&format!("  nats  {url}, stream ORDER_SERVICE_")),
         "{text}"
     );
     assert!(
-        text.contains("nats:      3 messages in the stream, 1 duplicate publish(es) dropped"),
+        text.contains("nats:      3 messages in the stream, "),
         "{text}"
     );
     assert_database_state(db.pool(), 3).await;

@@ -166,7 +166,20 @@ async fn on_event(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
                 .into_response();
         }
     };
-    match apply(&shared.pool, &envelope, &event).await {
+    // On a task of its own: if the publisher gives up and closes the connection, hyper drops
+    // this handler, and the transaction must still finish as a whole.
+    let pool = shared.pool.clone();
+    let applied = match tokio::spawn(async move { apply(&pool, &envelope, &event).await }).await {
+        Ok(applied) => applied,
+        Err(e) => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("shipping task failed: {e}"),
+            )
+                .into_response();
+        }
+    };
+    match applied {
         Ok(ApplyOutcome::Applied) => {
             shared.counters.applied.fetch_add(1, Ordering::Relaxed);
             let lose = shared

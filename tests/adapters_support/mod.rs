@@ -168,11 +168,15 @@ pub struct Row {
     pub last_error: Option<String>,
     /// Whether the row is ready to claim now, by the database clock.
     pub ready: bool,
+    /// How long after its last change the row becomes claimable, in milliseconds: the delay a
+    /// failure scheduled (both times come from the failing statement's `now()`).
+    pub scheduled_delay_ms: i64,
 }
 
 pub async fn row(pool: &PgPool, event_id: Uuid) -> Row {
     sqlx::query_as(
-        "SELECT status, attempts, handler_failures, last_error, available_at <= now() AS ready \
+        "SELECT status, attempts, handler_failures, last_error, available_at <= now() AS ready, \
+                (extract(epoch FROM available_at - updated_at) * 1000)::bigint AS scheduled_delay_ms \
          FROM outbox WHERE event_id = $1",
     )
     .bind(event_id)
@@ -343,6 +347,15 @@ async fn apply(pool: &PgPool, envelope: &Envelope) -> ApplyOutcome {
     outcome
 }
 
+/// [`apply`] on a task of its own: hyper drops a handler whose client went away (a timeout),
+/// and the effect must still commit or roll back as a whole, not stop half-way.
+async fn apply_detached(pool: &PgPool, envelope: &Envelope) -> ApplyOutcome {
+    let (pool, envelope) = (pool.clone(), envelope.clone());
+    tokio::spawn(async move { apply(&pool, &envelope).await })
+        .await
+        .unwrap()
+}
+
 fn applied_status(outcome: ApplyOutcome) -> StatusCode {
     match outcome {
         ApplyOutcome::Applied => StatusCode::OK,
@@ -381,12 +394,12 @@ async fn on_event(
     };
     match step {
         Step::Apply => {
-            let status = applied_status(apply(&state.pool, env).await);
+            let status = applied_status(apply_detached(&state.pool, env).await);
             record(status.as_u16());
             status.into_response()
         }
         Step::ApplyThenStall(hold) => {
-            let status = applied_status(apply(&state.pool, env).await);
+            let status = applied_status(apply_detached(&state.pool, env).await);
             record(status.as_u16());
             tokio::time::sleep(hold).await;
             status.into_response()
@@ -456,7 +469,7 @@ async fn on_batch(
             },
             "omit" => continue,
             _ => {
-                let status = applied_status(apply(&state.pool, env).await);
+                let status = applied_status(apply_detached(&state.pool, env).await);
                 BatchItemResult {
                     id: env.id,
                     status: status.as_u16(),
