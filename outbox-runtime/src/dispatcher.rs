@@ -21,7 +21,7 @@ use futures::future::BoxFuture;
 use crate::contract::{DecodeCurrent, EventRegistration};
 use crate::delivery::{Delivery, HandlerError};
 use crate::error::{Error, Result};
-use crate::event::Event;
+use crate::event::{CurrentEvent, Event};
 use crate::sink::Sink;
 use crate::store::ClaimedEvent;
 
@@ -117,7 +117,7 @@ impl DispatcherBuilder {
     /// before the handler sees them.
     pub fn handler<E, F, Fut>(self, handler: F) -> Self
     where
-        E: Event<Current = E>,
+        E: CurrentEvent,
         F: Fn(E, Delivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
     {
@@ -127,7 +127,7 @@ impl DispatcherBuilder {
     /// [`DispatcherBuilder::handler`] with the name used in error messages.
     pub fn handler_named<E, F, Fut>(mut self, handler_name: &'static str, handler: F) -> Self
     where
-        E: Event<Current = E>,
+        E: CurrentEvent,
         F: Fn(E, Delivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
     {

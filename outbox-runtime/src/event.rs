@@ -15,6 +15,11 @@ use uuid::Uuid;
 /// An older version of an event is a separate type whose [`Event::Current`] is the newest type
 /// and whose [`Event::into_current`] upcasts through `From` impls, so handlers only ever see the
 /// current type.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an outbox event",
+    label = "not an event",
+    note = "an event is a struct with `#[derive(Serialize, Deserialize, JsonSchema, Event)]` and `#[outbox(version = N)]`"
+)]
 pub trait Event: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// Stable event name stored in `event_type` (for example `order_confirmed`).
     const NAME: &'static str;
@@ -47,7 +52,7 @@ pub trait Event: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// with a different payload it returns [`crate::Error::OperationKeyReused`] and leaves `tx`
     /// usable.
     ///
-    /// Only the current version can be enqueued (`Self::Current = Self`): new events are
+    /// Only the current version can be enqueued ([`CurrentEvent`]): new events are
     /// written in the newest shape, and older types exist to decode what is already stored.
     fn enqueue<'t>(
         &self,
@@ -55,7 +60,7 @@ pub trait Event: Serialize + DeserializeOwned + Send + Sync + 'static {
         operation_key: &str,
     ) -> impl std::future::Future<Output = crate::error::Result<Uuid>> + Send
     where
-        Self: Sized + Event<Current = Self>,
+        Self: Sized + CurrentEvent,
     {
         async move {
             crate::store::enqueue::enqueue_event(
@@ -76,8 +81,20 @@ pub trait Event: Serialize + DeserializeOwned + Send + Sync + 'static {
         options: &EnqueueOptions,
     ) -> impl std::future::Future<Output = crate::error::Result<Uuid>> + Send
     where
-        Self: Sized + Event<Current = Self>,
+        Self: Sized + CurrentEvent,
     {
         crate::store::enqueue::enqueue_event(tx, self, operation_key, options)
     }
 }
+
+/// The current version of an event: every [`Event`] whose `Current` is itself (with
+/// `#[derive(Event)]`, a type without `upcast`). Only current versions are enqueued and handled;
+/// older versions are read from the table and upcast to it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not the current version of an event",
+    label = "only the current version of an event is enqueued or handled",
+    note = "the current version is the type with `#[derive(Event)]` and no `upcast`; stored older versions are upcast to it when they are read"
+)]
+pub trait CurrentEvent: Event<Current = Self> {}
+
+impl<E: Event<Current = E>> CurrentEvent for E {}

@@ -6,10 +6,10 @@ use std::future::Future;
 use crate::contract::{Contract, shape_of};
 use crate::delivery::{Delivery, HandlerError};
 use crate::dispatcher::DispatcherBuilder;
-use crate::event::Event;
+use crate::event::{CurrentEvent, Event};
 
 /// `#[derive(Event)]`: the contract of `E`, its shape from `E`'s JSON Schema.
-pub fn contract_of<E: Event + schemars::JsonSchema>(type_name: &'static str) -> Contract {
+pub fn contract_of<E: Event + PayloadSchema>(type_name: &'static str) -> Contract {
     Contract {
         name: E::NAME,
         version: E::VERSION,
@@ -63,15 +63,15 @@ pub const fn check_upcast(
     );
 }
 
-/// The first argument of a `#[handler]`.
+/// `#[derive(Event)]`: the contract's shape is the payload's JSON Schema.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` is not the current version of an event, so it cannot be handled",
-    label = "a #[handler] takes the current version of an event",
-    note = "handle the newest version (a type with `#[derive(Event)]` and no `upcast`); older stored versions are upcast to it before the handler runs"
+    message = "`{Self}` has no JSON Schema, and an event contract is its payload's JSON Schema",
+    label = "add `#[derive(schemars::JsonSchema)]` to this type",
+    note = "types used inside the payload need `#[derive(schemars::JsonSchema)]` too"
 )]
-pub trait CurrentEvent: Event<Current = Self> {}
+pub trait PayloadSchema: schemars::JsonSchema {}
 
-impl<E: Event<Current = E>> CurrentEvent for E {}
+impl<T: schemars::JsonSchema + ?Sized> PayloadSchema for T {}
 
 /// The second argument of a `#[handler]`.
 #[diagnostic::on_unimplemented(
@@ -106,22 +106,40 @@ impl HandlerOutput for Result<(), HandlerError> {
     }
 }
 
+/// `#[handler]`: the handler's event type `T` must be its own current version `Self`.
+#[diagnostic::on_unimplemented(
+    message = "`{T}` is an older version of an event; a #[handler] takes its current version `{Self}`",
+    label = "write `{Self}` here",
+    note = "stored `{T}` payloads are upcast to `{Self}` before the handler runs"
+)]
+pub trait SameType<T> {
+    /// The identity.
+    fn into_same(self) -> T;
+}
+
+impl<T> SameType<T> for T {
+    fn into_same(self) -> T {
+        self
+    }
+}
+
 /// `#[handler]`: add `handler` to `builder`. The signature's types are given explicitly, so a
-/// wrong type fails exactly one of the three bounds, reported on the user's type.
+/// wrong type fails exactly one bound, reported on the user's type.
 pub fn register_handler<E, C, R, F, Fut>(
     builder: DispatcherBuilder,
     name: &'static str,
     handler: F,
 ) -> DispatcherBuilder
 where
-    E: CurrentEvent,
+    E: Event,
+    E::Current: CurrentEvent + SameType<E>,
     C: HandlerContext,
     R: HandlerOutput,
     F: Fn(E, C) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = R> + Send + 'static,
 {
-    builder.handler_named(name, move |event: E, delivery: Delivery| {
-        let running = handler(event, C::from_delivery(delivery));
+    builder.handler_named(name, move |event: E::Current, delivery: Delivery| {
+        let running = handler(event.into_same(), C::from_delivery(delivery));
         async move { running.await.into_outcome() }
     })
 }

@@ -1,0 +1,11 @@
+use outbox_runtime::Event;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, JsonSchema, Event)]
+#[outbox(version = 1)]
+pub struct Envelope<T> {
+    pub body: T,
+}
+
+fn main() {}

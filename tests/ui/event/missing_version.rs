@@ -1,0 +1,10 @@
+use outbox_runtime::Event;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, JsonSchema, Event)]
+pub struct OrderConfirmed {
+    pub order_id: u64,
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+use outbox_runtime::Event;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, JsonSchema, Event)]
+#[outbox(version = 1)]
+pub struct OrderConfirmed(pub u64, pub i64);
+
+fn main() {}

@@ -1,0 +1,16 @@
+use outbox_runtime::{Delivery, Event, handler};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, JsonSchema, Event)]
+#[outbox(version = 1)]
+pub struct OrderConfirmed {
+    pub order_id: u64,
+}
+
+#[handler]
+async fn on_order_confirmed(event: OrderConfirmed, ctx: Delivery) {
+    let _ = (event, ctx);
+}
+
+fn main() {}
