@@ -4,6 +4,8 @@
 
 #[path = "../examples/order_service/app.rs"]
 mod app;
+#[path = "../examples/order_service/billing.rs"]
+mod billing;
 #[path = "../examples/order_service/events.rs"]
 mod events;
 #[path = "../examples/order_service/orders.rs"]
@@ -129,6 +131,8 @@ async fn with_nats_both_receivers_take_part_and_both_drop_the_redeliveries() {
         messages,
         duplicates,
         subject,
+        billing,
+        replay,
         ..
     } = &report.nats
     else {
@@ -140,6 +144,28 @@ async fn with_nats_both_receivers_take_part_and_both_drop_the_redeliveries() {
         "the retry after the lost HTTP response reached NATS again and was dropped"
     );
     assert!(subject.ends_with(".order.confirmed"), "{subject}");
+    assert_eq!(
+        (billing.received, billing.applied, billing.duplicates),
+        (3, 3, 0)
+    );
+    assert_eq!(
+        (replay.received, replay.applied, replay.duplicates),
+        (3, 0, 3),
+        "a replay applies nothing"
+    );
+    let per_order: Vec<i64> = sqlx::query_scalar(
+        "SELECT count(i.id) FROM orders o LEFT JOIN invoices i ON i.order_id = o.id GROUP BY o.id",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(per_order, vec![1; 3], "every order invoiced exactly once");
+    let billing_inbox: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox_inbox WHERE consumer = 'billing'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(billing_inbox, 3);
     assert_eq!(report.http.applied, 3);
     assert!(report.http.duplicates >= 1, "{report}");
     let text = report.to_string();

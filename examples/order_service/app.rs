@@ -14,6 +14,7 @@ use outbox_runtime::publish::nats::{NatsConfig, NatsPublisher, without_credentia
 use outbox_runtime::worker::{RetryPolicy, Worker, WorkerCounters};
 use sqlx::PgPool;
 
+use crate::billing::{self, BillingCounts};
 use crate::orders::{self, Confirmation};
 use crate::receiver::{self, ReceiverCounts, ShippingReceiver};
 
@@ -85,6 +86,14 @@ pub enum NatsReport {
         messages: u64,
         /// Publishes the stream dropped as duplicates (same `Nats-Msg-Id`).
         duplicates: u64,
+        /// The billing service's first pass over the stream.
+        billing: BillingCounts,
+        /// Its replay from the start (a consumer that lost its position): all duplicates.
+        replay: BillingCounts,
+        /// Invoice rows written, and confirmed orders with exactly one invoice.
+        invoices: i64,
+        /// Confirmed orders with exactly one invoice.
+        invoiced_once: i64,
     },
     /// Not used, and why.
     NotUsed(String),
@@ -132,7 +141,18 @@ impl Report {
     /// effect.
     pub fn ok(&self) -> bool {
         let nats_ok = match &self.nats {
-            NatsReport::Used { messages, .. } => *messages == self.confirmed as u64,
+            NatsReport::Used {
+                messages,
+                replay,
+                invoices,
+                invoiced_once,
+                ..
+            } => {
+                *messages == self.confirmed as u64
+                    && *invoices == self.confirmed as i64
+                    && *invoiced_once == self.confirmed as i64
+                    && replay.applied == 0
+            }
             NatsReport::NotUsed(_) => true,
         };
         self.delivered == self.confirmed as i64
@@ -167,7 +187,11 @@ impl fmt::Display for Report {
                 stream,
                 subject,
                 ..
-            } => writeln!(f, "  nats  {url}, stream {stream}, subject {subject}")?,
+            } => writeln!(
+                f,
+                "  nats  {url}, stream {stream}, subject {subject} (read by the billing service, inbox consumer \"{}\")",
+                billing::CONSUMER
+            )?,
             NatsReport::NotUsed(why) => writeln!(f, "  nats  not used: {why}")?,
         }
         writeln!(
@@ -199,6 +223,20 @@ impl fmt::Display for Report {
             writeln!(
                 f,
                 "nats:      {messages} messages in the stream, {duplicates} duplicate publish(es) dropped by the duplicate window"
+            )?;
+        }
+        if let NatsReport::Used {
+            billing,
+            replay,
+            invoices,
+            invoiced_once,
+            ..
+        } = &self.nats
+        {
+            writeln!(
+                f,
+                "billing:   {} messages consumed, {} invoices written; replayed from the start: {} received, {} duplicate(s) dropped by the inbox; {invoices} invoices, {invoiced_once} orders invoiced exactly once",
+                billing.received, billing.applied, replay.received, replay.duplicates
             )?;
         }
         writeln!(
@@ -311,6 +349,18 @@ pub async fn run(pool: &PgPool, options: &Options) -> Result<Report, BoxError> {
         (Some((url, publisher)), Some(name)) => {
             let mut handle = publisher.jetstream().get_stream(name).await?;
             let messages = handle.info().await?.state.messages;
+            // The billing service reads the stream, then reads it all again as a consumer that
+            // lost its position would.
+            billing::create_schema(pool).await?;
+            let first = billing::consume_from_start(pool, &handle, messages).await?;
+            let replay = billing::consume_from_start(pool, &handle, messages).await?;
+            let (invoices, invoiced_once): (i64, i64) = sqlx::query_as(
+                "SELECT (SELECT count(*) FROM invoices),
+                        (SELECT count(*) FROM orders o WHERE o.status = 'confirmed'
+                           AND (SELECT count(*) FROM invoices i WHERE i.order_id = o.id) = 1)",
+            )
+            .fetch_one(pool)
+            .await?;
             if !options.keep_stream {
                 publisher.jetstream().delete_stream(name).await?;
             }
@@ -320,6 +370,10 @@ pub async fn run(pool: &PgPool, options: &Options) -> Result<Report, BoxError> {
                 subject: publisher.subject_for("order.confirmed"),
                 messages,
                 duplicates: publisher.stats().duplicates,
+                billing: first,
+                replay,
+                invoices,
+                invoiced_once,
             }
         }
         _ => NatsReport::NotUsed(nats_not_used.unwrap_or_default()),

@@ -9,13 +9,15 @@
 //! (an HTTP receiver this example runs on loopback, deduplicating with the inbox) and, when a
 //! NATS server answers on 127.0.0.1:4222 (or `--nats-url` / `NATS_URL` names one), to JetStream.
 //! The shipping service loses its first responses on purpose, so the output shows redeliveries
-//! being dropped as duplicates by both receivers.
+//! being dropped as duplicates by both receivers. With NATS, a billing service then consumes the
+//! stream into invoices through the inbox, twice (the second time replaying from the start).
 //!
 //! Needs only PostgreSQL, found like the tests find it (`DATABASE_URL`, else 127.0.0.1:5432,
 //! else a throwaway server from the local PostgreSQL binaries). It works in a database of its
 //! own, dropped at exit (`OUTBOX_KEEP_TEST_DB=1` keeps it).
 
 mod app;
+mod billing;
 mod events;
 mod orders;
 mod receiver;
