@@ -51,7 +51,9 @@ impl TestDatabase {
     /// A new database with [`crate::migrate`] applied and a pool of `max_connections`.
     pub async fn with_pool_size(max_connections: u32) -> TestDatabase {
         let db = Self::empty(max_connections).await;
-        crate::migrate(&db.pool).await.expect("applying the outbox migrations to the test database");
+        crate::migrate(&db.pool)
+            .await
+            .expect("applying the outbox migrations to the test database");
         db
     }
 
@@ -67,7 +69,9 @@ impl TestDatabase {
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .execute(&mut admin)
             .await
-            .unwrap_or_else(|e| panic!("creating test database {name}: {e} (the role needs CREATEDB)"));
+            .unwrap_or_else(|e| {
+                panic!("creating test database {name}: {e} (the role needs CREATEDB)")
+            });
         let _ = admin.close().await;
         let options = server.admin.clone().database(&name);
         let pool = PgPoolOptions::new()
@@ -76,7 +80,12 @@ impl TestDatabase {
             .connect_with(options.clone())
             .await
             .unwrap_or_else(|e| panic!("connecting to test database {name}: {e}"));
-        TestDatabase { pool, name, options, admin: server.admin.clone() }
+        TestDatabase {
+            pool,
+            name,
+            options,
+            admin: server.admin.clone(),
+        }
     }
 
     /// The pool of this database.
@@ -101,7 +110,10 @@ impl TestDatabase {
 
     /// A new connection outside the pool.
     pub async fn connect(&self) -> PgConnection {
-        self.options.connect().await.expect("connecting to the test database")
+        self.options
+            .connect()
+            .await
+            .expect("connecting to the test database")
     }
 }
 
@@ -115,13 +127,17 @@ impl Drop for TestDatabase {
         // Drop runs inside the test's runtime, where we cannot block on it: use a thread with
         // a runtime of its own. WITH (FORCE) ends sessions still open (child processes, pools).
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
             if let Ok(rt) = rt {
                 rt.block_on(async move {
                     if let Ok(mut conn) = admin.connect().await {
-                        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-                            .execute(&mut conn)
-                            .await;
+                        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                        )))
+                        .execute(&mut conn)
+                        .await;
                     }
                 });
             }
@@ -144,16 +160,27 @@ async fn find_server() -> Server {
         let admin = PgConnectOptions::from_str(&url)
             .unwrap_or_else(|e| panic!("DATABASE_URL `{url}` is not a PostgreSQL URL: {e}"));
         if let Err(e) = try_connect(&admin).await {
-            panic!("DATABASE_URL is set but PostgreSQL does not answer there: {e}. Start the server, or unset DATABASE_URL to use 127.0.0.1:5432 or a throwaway server.");
+            panic!(
+                "DATABASE_URL is set but PostgreSQL does not answer there: {e}. Start the server, or unset DATABASE_URL to use 127.0.0.1:5432 or a throwaway server."
+            );
         }
-        return Server { admin, _throwaway: None };
+        return Server {
+            admin,
+            _throwaway: None,
+        };
     }
     let local = PgConnectOptions::from_str(LOCAL_URL).expect("static URL parses");
     if try_connect(&local).await.is_ok() {
-        return Server { admin: local, _throwaway: None };
+        return Server {
+            admin: local,
+            _throwaway: None,
+        };
     }
     match Throwaway::start().await {
-        Ok(t) => Server { admin: t.options.clone(), _throwaway: Some(t) },
+        Ok(t) => Server {
+            admin: t.options.clone(),
+            _throwaway: Some(t),
+        },
         Err(why) => panic!(
             "these tests need PostgreSQL and found none: DATABASE_URL is unset, nothing answers at 127.0.0.1:5432, \
              and no throwaway server could be started ({why}). Install PostgreSQL (Debian/Ubuntu: `apt-get install postgresql`; \
@@ -191,7 +218,9 @@ impl Throwaway {
                 .status()
                 .map_err(|e| e.to_string())?;
             if !status.success() {
-                return Err("running as root and cannot hand the data directory to user `postgres`".into());
+                return Err(
+                    "running as root and cannot hand the data directory to user `postgres`".into(),
+                );
             }
         }
         let data = dir.join("data");
@@ -210,7 +239,10 @@ impl Throwaway {
             .output()
             .map_err(|e| format!("initdb: {e}"))?;
         if !out.status.success() {
-            return Err(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr)));
+            return Err(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
         }
         let port = free_port().map_err(|e| e.to_string())?;
         let child = run(&bin.join("postgres"))
@@ -222,10 +254,18 @@ impl Throwaway {
             .stderr(std::process::Stdio::null())
             .spawn()
             .map_err(|e| format!("starting postgres: {e}"))?;
-        let options = PgConnectOptions::new().host("127.0.0.1").port(port).username("postgres").database("postgres");
+        let options = PgConnectOptions::new()
+            .host("127.0.0.1")
+            .port(port)
+            .username("postgres")
+            .database("postgres");
         for _ in 0..100 {
             if try_connect(&options).await.is_ok() {
-                return Ok(Throwaway { dir, options, child });
+                return Ok(Throwaway {
+                    dir,
+                    options,
+                    child,
+                });
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -241,17 +281,23 @@ impl Drop for Throwaway {
 }
 
 fn find_pg_bin() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").into_iter().flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>());
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>());
     let debian = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()
         .flatten()
         .map(|e| e.path().join("bin"));
-    on_path.chain(debian).find(|dir| dir.join("initdb").is_file() && dir.join("postgres").is_file())
+    on_path
+        .chain(debian)
+        .find(|dir| dir.join("initdb").is_file() && dir.join("postgres").is_file())
 }
 
 fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 fn is_root() -> bool {
