@@ -54,6 +54,7 @@ pub trait Event: Serialize + DeserializeOwned + Send + Sync + 'static {
     ///
     /// Only the current version can be enqueued ([`CurrentEvent`]): new events are
     /// written in the newest shape, and older types exist to decode what is already stored.
+    /// (`store::enqueue::enqueue_event` writes any version, for tests and backfills.)
     fn enqueue<'t>(
         &self,
         tx: &mut Transaction<'t, Postgres>,

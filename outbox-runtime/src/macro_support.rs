@@ -18,10 +18,49 @@ pub fn contract_of<E: Event + PayloadSchema>(type_name: &'static str) -> Contrac
     }
 }
 
-/// `#[derive(Event)]`: reads an `#[outbox(aggregate_version)]` field.
-pub fn aggregate_version<T: Copy + Into<i64>>(value: &T) -> i64 {
-    (*value).into()
+/// `#[derive(Event)]`: reads an `#[outbox(aggregate_id)]` field.
+pub fn aggregate_id<T: AggregateId + ?Sized>(value: &T) -> String {
+    value.to_string()
 }
+
+/// The type of an `#[outbox(aggregate_id)]` field.
+#[diagnostic::on_unimplemented(
+    message = "an `#[outbox(aggregate_id)]` field must implement `Display`, and `{Self}` does not",
+    label = "the aggregate id is stored as text",
+    note = "use a `Uuid`, an integer or a `String`, or implement `Display` for `{Self}`"
+)]
+pub trait AggregateId: std::fmt::Display {}
+
+impl<T: std::fmt::Display + ?Sized> AggregateId for T {}
+
+/// `#[derive(Event)]`: reads an `#[outbox(aggregate_version)]` field.
+pub fn aggregate_version<T: AggregateVersion>(value: &T) -> i64 {
+    value.to_i64()
+}
+
+/// The type of an `#[outbox(aggregate_version)]` field: an integer that always fits in the
+/// `bigint` column (so not `u64`, whose upper half would not).
+#[diagnostic::on_unimplemented(
+    message = "an `#[outbox(aggregate_version)]` field must be an integer that always fits in `i64`, and `{Self}` is not",
+    label = "the aggregate version is stored as bigint",
+    note = "use `i64`, `i32`, `u32` or a smaller integer"
+)]
+pub trait AggregateVersion {
+    /// The value as stored.
+    fn to_i64(&self) -> i64;
+}
+
+macro_rules! aggregate_version_ints {
+    ($($int:ty)*) => {$(
+        impl AggregateVersion for $int {
+            fn to_i64(&self) -> i64 {
+                i64::from(*self)
+            }
+        }
+    )*};
+}
+
+aggregate_version_ints!(i8 i16 i32 i64 u8 u16 u32);
 
 /// `#[derive(Event)]` and `#[catalogue]`: string equality usable in constants.
 pub const fn const_str_eq(a: &str, b: &str) -> bool {

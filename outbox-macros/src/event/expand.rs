@@ -16,7 +16,7 @@ pub(crate) struct Model<'a> {
     /// `None`: the upcast target's table, or `outbox`.
     pub(crate) table: Option<String>,
     pub(crate) upcast: Option<Path>,
-    pub(crate) aggregate_id: Option<&'a Ident>,
+    pub(crate) aggregate_id: Option<(&'a Ident, &'a Type)>,
     pub(crate) aggregate_version: Option<(&'a Ident, &'a Type)>,
     /// `None` with an aggregate id: inherited from the upcast target.
     pub(crate) aggregate_type: Option<String>,
@@ -75,10 +75,13 @@ pub(crate) fn expand(m: &Model) -> TokenStream {
             )
         }
     };
+    // Spanned on the field's type: a type without `Display` is reported there.
     let aggregate_id = match m.aggregate_id {
-        Some(field) => quote! {
-            ::core::option::Option::Some(::std::string::ToString::to_string(&self.#field))
-        },
+        Some((field, ty)) => {
+            let read =
+                quote_spanned! {ty.span()=> __outbox::__private::aggregate_id(&self.#field) };
+            quote!(::core::option::Option::Some(#read))
+        }
         None => quote!(::core::option::Option::None),
     };
     let aggregate_version = match m.aggregate_version {

@@ -42,7 +42,7 @@ fn resolve<'a>(event: EventInput<'a>, krate: syn::Path) -> Model<'a> {
         .fields()
         .iter()
         .find(|f| f.attrs.aggregate_id.is_some())
-        .map(|f| f.ident);
+        .map(|f| (f.ident, f.ty));
     let aggregate_version = event
         .fields()
         .iter()
@@ -58,8 +58,8 @@ fn resolve<'a>(event: EventInput<'a>, krate: syn::Path) -> Model<'a> {
     };
     let aggregate_type = match (&event.attrs.aggregate, aggregate_id, &name) {
         (Some(explicit), _, _) => Some(explicit.value.clone()),
-        (None, Some(field), Some(name)) => Some(naming::default_aggregate_type(field, name)),
-        (None, Some(field), None) if field.to_string().ends_with("_id") && field != "_id" => {
+        (None, Some((field, _)), Some(name)) => Some(naming::default_aggregate_type(field, name)),
+        (None, Some((field, _)), None) if field.to_string().ends_with("_id") && field != "_id" => {
             Some(naming::default_aggregate_type(field, ""))
         }
         _ => None,

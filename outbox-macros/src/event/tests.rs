@@ -42,7 +42,7 @@ fn a_complete_event_is_accepted_and_resolved() {
     assert_eq!(model.version, 2);
     assert_eq!(model.table.as_deref(), Some("billing_outbox"));
     assert_eq!(
-        model.aggregate_id.map(|i| i.to_string()).as_deref(),
+        model.aggregate_id.map(|(i, _)| i.to_string()).as_deref(),
         Some("order_id")
     );
     assert_eq!(model.aggregate_type.as_deref(), Some("order"));
