@@ -174,3 +174,53 @@ pub fn registered_events() -> Vec<&'static EventRegistration> {
     all.sort_by(|a, b| (a.table, a.name, a.version).cmp(&(b.table, b.name, b.version)));
     all
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn contract(shape: serde_json::Value) -> Contract {
+        Contract {
+            name: "x",
+            version: 1,
+            type_name: "x::X",
+            shape,
+        }
+    }
+
+    #[test]
+    fn the_canonical_shape_sorts_keys_at_every_level() {
+        let a = contract(json!({"b": 1, "a": {"d": [{"z": 1, "y": 2}], "c": null}}));
+        assert_eq!(
+            a.canonical_shape(),
+            r#"{"a":{"c":null,"d":[{"y":2,"z":1}]},"b":1}"#
+        );
+        let reordered = contract(json!({"a": {"c": null, "d": [{"y": 2, "z": 1}]}, "b": 1}));
+        assert_eq!(a.fingerprint(), reordered.fingerprint());
+        assert_ne!(a.fingerprint(), contract(json!({"b": 2})).fingerprint());
+    }
+
+    #[test]
+    fn annotations_are_stripped_but_fields_named_like_them_are_kept() {
+        let mut shape = json!({
+            "title": "Order",
+            "description": "docs",
+            "type": "object",
+            "properties": {
+                "title": {"type": "string", "description": "the order's title"},
+                "total": {"type": "integer", "examples": [1]}
+            },
+            "required": ["title", "total"]
+        });
+        strip_annotations(&mut shape, false);
+        assert_eq!(
+            shape,
+            json!({
+                "type": "object",
+                "properties": {"title": {"type": "string"}, "total": {"type": "integer"}},
+                "required": ["title", "total"]
+            })
+        );
+    }
+}
