@@ -135,17 +135,26 @@ pub struct HandlerError {
 impl HandlerError {
     /// A failure worth retrying after the worker's backoff.
     pub fn retry(reason: impl std::fmt::Display) -> Self {
-        HandlerError { kind: FailureKind::Retry { after: None }, message: reason.to_string() }
+        HandlerError {
+            kind: FailureKind::Retry { after: None },
+            message: reason.to_string(),
+        }
     }
 
     /// A failure worth retrying after at least `after`.
     pub fn retry_after(reason: impl std::fmt::Display, after: Duration) -> Self {
-        HandlerError { kind: FailureKind::Retry { after: Some(after) }, message: reason.to_string() }
+        HandlerError {
+            kind: FailureKind::Retry { after: Some(after) },
+            message: reason.to_string(),
+        }
     }
 
     /// A failure that no retry can fix (a rejected payload, an unknown version).
     pub fn permanent(reason: impl std::fmt::Display) -> Self {
-        HandlerError { kind: FailureKind::Permanent, message: reason.to_string() }
+        HandlerError {
+            kind: FailureKind::Permanent,
+            message: reason.to_string(),
+        }
     }
 
     /// Whether this failure ends the event.
