@@ -1,7 +1,7 @@
 //! Exhaustive mode: a `#[catalogue]` module generates a trait with one method per current
 //! event; its dispatcher delivers every stored version, upcast, to the implementation.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use outbox_runtime::store::{ClaimedEvent, Ownership};
 use outbox_runtime::testing::TestDatabase;
@@ -65,11 +65,14 @@ pub mod events {
     }
 }
 
+/// What the implementation saw; shared with the test through an `Arc`.
 #[derive(Default)]
-struct Carts {
+struct Seen {
     checked_out: Mutex<Vec<(events::CartCheckedOut, u32)>>,
     abandoned: Mutex<Vec<String>>,
 }
+
+struct Carts(Arc<Seen>);
 
 impl events::EventsHandler for Carts {
     async fn cart_checked_out(
@@ -77,7 +80,8 @@ impl events::EventsHandler for Carts {
         event: events::CartCheckedOut,
         ctx: Delivery,
     ) -> Result<(), HandlerError> {
-        self.checked_out
+        self.0
+            .checked_out
             .lock()
             .unwrap()
             .push((event, ctx.stored_version()));
@@ -89,7 +93,7 @@ impl events::EventsHandler for Carts {
         event: events::CartAbandoned,
         _ctx: Delivery,
     ) -> Result<(), HandlerError> {
-        self.abandoned.lock().unwrap().push(event.cart_id);
+        self.0.abandoned.lock().unwrap().push(event.cart_id);
         Ok(())
     }
 }
@@ -114,26 +118,8 @@ async fn deliver_all(store: &Store, sink: &dyn Sink) -> usize {
 
 #[tokio::test]
 async fn every_stored_version_reaches_the_trait_method_of_its_current_type() {
-    let carts = std::sync::Arc::new(Carts::default());
-    // The dispatcher owns its handler; the test keeps a second handle to read what it saw.
-    struct Shared(std::sync::Arc<Carts>);
-    impl events::EventsHandler for Shared {
-        async fn cart_checked_out(
-            &self,
-            e: events::CartCheckedOut,
-            ctx: Delivery,
-        ) -> Result<(), HandlerError> {
-            events::EventsHandler::cart_checked_out(&*self.0, e, ctx).await
-        }
-        async fn cart_abandoned(
-            &self,
-            e: events::CartAbandoned,
-            ctx: Delivery,
-        ) -> Result<(), HandlerError> {
-            events::EventsHandler::cart_abandoned(&*self.0, e, ctx).await
-        }
-    }
-    let dispatcher = events::dispatcher(Shared(std::sync::Arc::clone(&carts))).expect("dispatcher");
+    let seen = Arc::new(Seen::default());
+    let dispatcher = events::dispatcher(Carts(Arc::clone(&seen))).expect("dispatcher");
     assert_eq!(
         dispatcher.routes(),
         [
@@ -186,7 +172,7 @@ async fn every_stored_version_reaches_the_trait_method_of_its_current_type() {
     tx.commit().await.unwrap();
 
     assert_eq!(deliver_all(&store, &dispatcher).await, 4);
-    let checked_out = carts.checked_out.lock().unwrap().clone();
+    let checked_out = seen.checked_out.lock().unwrap().clone();
     assert_eq!(
         checked_out,
         [
@@ -216,6 +202,6 @@ async fn every_stored_version_reaches_the_trait_method_of_its_current_type() {
             ),
         ]
     );
-    assert_eq!(*carts.abandoned.lock().unwrap(), ["c4"]);
+    assert_eq!(*seen.abandoned.lock().unwrap(), ["c4"]);
     assert_eq!(events::CartCheckedOutV1::NAME, "cart.checked_out");
 }

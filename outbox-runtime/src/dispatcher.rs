@@ -174,8 +174,10 @@ impl DispatcherBuilder {
     /// Check the handlers and every version of their events, and build the dispatcher.
     ///
     /// Fails, naming the types involved, when two handlers handle one event, when two types
-    /// claim the same (name, version), or when a version of a handled event does not upcast to
-    /// the handler's type (two current versions: the older one must declare `upcast`).
+    /// claim the same (name, version) of a handled event, or when a version of a handled event
+    /// does not upcast to the handler's type (two current versions: the older one must declare
+    /// `upcast`). Events this dispatcher does not handle are not checked: their rows fail
+    /// permanently as unknown.
     pub fn build(self) -> Result<Dispatcher> {
         let mut handlers: BTreeMap<&'static str, HandlerEntry> = BTreeMap::new();
         for entry in self.handlers {
