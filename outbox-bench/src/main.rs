@@ -1,1 +1,304 @@
-fn main() {}
+//! `outbox-bench`: throughput, enqueue overhead, latency and table growth of the outbox,
+//! each next to the raw-SQL ceiling measured in the same run on the same server.
+//!
+//! ```sh
+//! cargo run --release -p outbox-bench                      # every workload, ~1.5 min on 2 cores
+//! cargo run --release -p outbox-bench -- --runs 3 --bloat-full --json
+//! cargo run --release -p outbox-bench -- --workloads ceiling,drain --sweep
+//! ```
+//!
+//! It drops and recreates the database `outbox_bench` on the server that `DATABASE_URL` names
+//! (else postgres@127.0.0.1:5432), applies the outbox migrations, and runs:
+//! - `ceiling`: the minimal SKIP LOCKED outbox by hand (2 tasks, claim 100, complete in one
+//!   statement), completing by DELETE and by UPDATE;
+//! - `drain`: N events pre-inserted with the typed enqueue, delivered by the worker to a no-op
+//!   sink, with the builder's defaults and with the tuned setting (`--workers`, ...);
+//! - `enqueue`: business transactions with and without the typed enqueue (with and without its
+//!   NOTIFY), a hand-written INSERT of the same row, and the ceiling's minimal insert;
+//! - `latency`: commit-to-handler-start of an idle worker;
+//! - `bloat`: a sustained run sampling dead tuples and table size.
+//!
+//! Progress goes to stderr; the table (or with `--json` one JSON document) to stdout.
+
+mod bloat;
+mod ceiling;
+mod cli;
+mod db;
+mod drain;
+mod enqueue;
+mod event;
+mod latency;
+mod report;
+mod sink;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use cli::{Args, Workload};
+use db::BenchDb;
+use drain::DrainSetting;
+use event::PayloadShape;
+use report::{Report, Row, median_spread, runs_note, thousands};
+
+/// Any failure of a workload.
+pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
+/// Result of a workload step.
+pub type BenchResult<T> = Result<T, BenchError>;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(&args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("outbox-bench failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: &Args) -> BenchResult<()> {
+    let tuned = DrainSetting {
+        workers: args.workers,
+        concurrency: args.concurrency,
+        batch_size: args.batch_size,
+        completion_batch: args.completion_batch,
+    };
+    let pool_size = u32::try_from(args.workers.max(2) * 6 + args.clients + 8).unwrap_or(64);
+    let db = BenchDb::recreate(pool_size).await?;
+    let postgres = db.server_version().await?;
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let shape = PayloadShape::new(args.payload_bytes);
+    let runs = args.runs.max(1);
+    let mut rows = Vec::new();
+
+    let drains = measure_drains(args, &db, &shape, tuned, runs).await?;
+    rows.extend(drains);
+    if args.wants(Workload::Enqueue) {
+        rows.extend(measure_enqueue(args, &db, &shape, runs).await?);
+    }
+    let mut latency_stats = None;
+    if args.wants(Workload::Latency) {
+        progress("latency", "idle worker, builder defaults");
+        let interval = Duration::from_millis(args.latency_interval_ms.max(1));
+        let stats = latency::run(&db, args.latency_secs, interval, &shape).await?;
+        rows.push(Row {
+            workload: "latency",
+            setting: format!(
+                "p99, 1 event / {} ms for {} s, defaults",
+                args.latency_interval_ms, args.latency_secs
+            ),
+            value: stats.p99_ms,
+            unit: "ms",
+            vs_ceiling: None,
+            vs_baseline: None,
+            notes: format!(
+                "p50 {:.2} ms, max {:.2} ms, handled {}/{}",
+                stats.p50_ms, stats.max_ms, stats.handled, stats.sent
+            ),
+        });
+        latency_stats = Some(stats);
+    }
+    let mut bloat_run = None;
+    if args.wants(Workload::Bloat) {
+        let plan = args.bloat_plan();
+        progress(
+            "bloat",
+            &format!(
+                "{} s at {} events/s, sample every {} s",
+                plan.0, args.bloat_rate, plan.1
+            ),
+        );
+        let retention = Duration::from_secs(args.bloat_retention_secs.max(1));
+        let run = bloat::run(&db, tuned, plan, args.bloat_rate, retention, &shape).await?;
+        for s in &run.samples {
+            rows.push(Row {
+                workload: "bloat",
+                setting: format!("t={}s", s.at_secs),
+                value: s.dead_tuples as f64,
+                unit: "dead tuples",
+                vs_ceiling: None,
+                vs_baseline: None,
+                notes: format!(
+                    "size {:.1} MiB, live {}, backlog {}, delivered {}, autovacuums {}",
+                    s.total_bytes as f64 / 1_048_576.0,
+                    s.live_tuples,
+                    s.backlog,
+                    s.delivered,
+                    s.autovacuums
+                ),
+            });
+        }
+        bloat_run = Some(run);
+    }
+
+    if args.json {
+        let report = Report {
+            bench_version: env!("CARGO_PKG_VERSION"),
+            postgres,
+            cpus,
+            args,
+            rows: &rows,
+            latency: latency_stats.as_ref(),
+            bloat: bloat_run.as_ref(),
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        report::print_table(&postgres, cpus, &rows);
+    }
+    Ok(())
+}
+
+fn progress(workload: &str, what: &str) {
+    eprintln!("[{workload}] {what}");
+}
+
+/// The ceiling drains and the outbox drains, interleaved run by run so that drift of the
+/// machine affects all of them alike.
+async fn measure_drains(
+    args: &Args,
+    db: &BenchDb,
+    shape: &PayloadShape,
+    tuned: DrainSetting,
+    runs: usize,
+) -> BenchResult<Vec<Row>> {
+    let n = args.events;
+    let with_ceiling = args.wants(Workload::Ceiling);
+    let mut settings = Vec::new();
+    if args.wants(Workload::Drain) {
+        settings.push(DrainSetting::defaults());
+        settings.push(tuned);
+        if args.sweep {
+            settings.extend(drain::sweep_grid().into_iter().filter(|s| *s != tuned));
+        }
+    }
+    let completions = [ceiling::Completion::Delete, ceiling::Completion::Update];
+    let mut ceiling_rates = vec![Vec::new(); completions.len()];
+    let mut outbox_rates = vec![Vec::new(); settings.len()];
+    for run in 1..=runs {
+        if with_ceiling {
+            for (i, completion) in completions.iter().enumerate() {
+                let d = drain::run_ceiling(db, n, *completion).await?;
+                progress(
+                    "ceiling",
+                    &format!(
+                        "run {run}: {} {} events/s in {:.2} s",
+                        completion.label(),
+                        thousands(d.rate),
+                        d.secs
+                    ),
+                );
+                ceiling_rates[i].push(d.rate);
+            }
+        }
+        for (i, setting) in settings.iter().enumerate() {
+            let d = drain::run_outbox(db, n, shape, *setting).await?;
+            progress(
+                "drain",
+                &format!(
+                    "run {run}: {} {} events/s ({} handler calls in {:.2} s)",
+                    setting.label(),
+                    thousands(d.rate),
+                    d.handled,
+                    d.secs
+                ),
+            );
+            outbox_rates[i].push(d.rate);
+        }
+    }
+    let ceiling_delete = with_ceiling.then(|| median_spread(&ceiling_rates[0]).0);
+    let ceiling_update = with_ceiling.then(|| median_spread(&ceiling_rates[1]).0);
+    let mut rows = Vec::new();
+    for (completion, rates) in completions.iter().zip(&ceiling_rates) {
+        if rates.is_empty() {
+            continue;
+        }
+        let rate = median_spread(rates).0;
+        rows.push(Row {
+            workload: "ceiling",
+            setting: format!("raw SQL drain, 2 tasks, batch 100, {}", completion.label()),
+            value: rate,
+            unit: "events/s",
+            vs_ceiling: ceiling_delete.map(|c| rate / c),
+            vs_baseline: None,
+            notes: runs_note(rates),
+        });
+    }
+    for (i, (setting, rates)) in settings.iter().zip(&outbox_rates).enumerate() {
+        let rate = median_spread(rates).0;
+        let name = match i {
+            0 => "defaults",
+            1 => "tuned",
+            _ => "sweep",
+        };
+        let mut notes = runs_note(rates);
+        if let Some(update) = ceiling_update {
+            let sep = if notes.is_empty() { "" } else { "; " };
+            notes = format!(
+                "{notes}{sep}{:.2} of the update-on-completion ceiling",
+                rate / update
+            );
+        }
+        rows.push(Row {
+            workload: "drain",
+            setting: format!("{name}: {}", setting.label()),
+            value: rate,
+            unit: "events/s",
+            vs_ceiling: ceiling_delete.map(|c| rate / c),
+            vs_baseline: None,
+            notes,
+        });
+    }
+    Ok(rows)
+}
+
+/// Every enqueue variant, interleaved run by run.
+async fn measure_enqueue(
+    args: &Args,
+    db: &BenchDb,
+    shape: &PayloadShape,
+    runs: usize,
+) -> BenchResult<Vec<Row>> {
+    let variants = enqueue::Variant::ALL;
+    let mut rates = vec![Vec::new(); variants.len()];
+    for run in 1..=runs {
+        for (i, variant) in variants.iter().enumerate() {
+            let rate = enqueue::run(db, *variant, args.transactions, args.clients, shape).await?;
+            progress(
+                "enqueue",
+                &format!("run {run}: {} {} tx/s", variant.label(), thousands(rate)),
+            );
+            rates[i].push(rate);
+        }
+    }
+    let medians: Vec<f64> = rates.iter().map(|r| median_spread(r).0).collect();
+    let baseline = medians[0];
+    let ceiling = medians[variants.len() - 1];
+    Ok(variants
+        .iter()
+        .zip(&medians)
+        .zip(&rates)
+        .map(|((variant, rate), all)| Row {
+            workload: "enqueue",
+            setting: format!(
+                "{}, {} tx over {} connections",
+                variant.label(),
+                args.transactions,
+                args.clients
+            ),
+            value: *rate,
+            unit: "tx/s",
+            vs_ceiling: Some(rate / ceiling),
+            vs_baseline: Some(rate / baseline),
+            notes: runs_note(all),
+        })
+        .collect())
+}

@@ -1,0 +1,106 @@
+//! Command-line parameters. Every default is chosen so that a plain
+//! `cargo run --release -p outbox-bench` finishes in about a minute and a half on 2 cores.
+
+use clap::{Parser, ValueEnum};
+use serde::Serialize;
+
+/// One workload of the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// The raw-SQL ceiling drains (delete and update on completion), 2 tasks, batch 100.
+    Ceiling,
+    /// Pre-insert `--events` events, then time their delivery by the worker.
+    Drain,
+    /// Business transactions with and without the typed enqueue (and the hand-written inserts).
+    Enqueue,
+    /// Commit-to-handler latency of an idle worker, one event every `--latency-interval-ms`.
+    Latency,
+    /// Sustained enqueue + delivery; dead tuples and table size sampled over time.
+    Bloat,
+}
+
+/// Throughput, enqueue overhead and latency of the outbox against a raw-SQL ceiling measured
+/// in the same run. Creates (drops and recreates) the database `outbox_bench` on the server
+/// found like the tests find theirs: `DATABASE_URL`, else postgres@127.0.0.1:5432.
+#[derive(Debug, Clone, Parser, Serialize)]
+#[command(name = "outbox-bench", version)]
+pub struct Args {
+    /// Events pre-inserted and delivered by each drain.
+    #[arg(long, default_value_t = 50_000)]
+    pub events: i64,
+    /// Business transactions per enqueue variant.
+    #[arg(long, default_value_t = 10_000)]
+    pub transactions: i64,
+    /// Client connections the enqueue workload spreads its transactions over.
+    #[arg(long, default_value_t = 4)]
+    pub clients: usize,
+    /// Worker instances of the tuned drain setting (each with its own claimer and completer).
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Deliveries in flight per worker in the tuned drain setting.
+    #[arg(long, default_value_t = 200)]
+    pub concurrency: usize,
+    /// Events claimed per statement in the tuned drain setting.
+    #[arg(long, default_value_t = 100)]
+    pub batch_size: usize,
+    /// Completions written per statement in the tuned drain setting.
+    #[arg(long, default_value_t = 100)]
+    pub completion_batch: usize,
+    /// Serialized payload size in bytes (0: the bare `{"order_id": i}`).
+    #[arg(long, default_value_t = 0)]
+    pub payload_bytes: usize,
+    /// Workloads to run, comma separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "ceiling,drain,enqueue,latency,bloat"
+    )]
+    pub workloads: Vec<Workload>,
+    /// Repetitions of each drain and enqueue measurement; the table shows the median.
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
+    /// Also try a grid of drain settings (workers x concurrency x batch size) and report each.
+    #[arg(long)]
+    pub sweep: bool,
+    /// Length of the latency workload, in seconds.
+    #[arg(long, default_value_t = 10)]
+    pub latency_secs: u64,
+    /// Interval between two events of the latency workload, in milliseconds.
+    #[arg(long, default_value_t = 10)]
+    pub latency_interval_ms: u64,
+    /// Length of the sustained (bloat) run, in seconds.
+    #[arg(long, default_value_t = 20)]
+    pub bloat_secs: u64,
+    /// The full sustained run: 300 s, sampled every 30 s (overrides --bloat-secs).
+    #[arg(long)]
+    pub bloat_full: bool,
+    /// Events per second enqueued during the sustained run.
+    #[arg(long, default_value_t = 1000)]
+    pub bloat_rate: u64,
+    /// Retention of delivered events during the sustained run, in seconds (purged after).
+    #[arg(long, default_value_t = 30)]
+    pub bloat_retention_secs: u64,
+    /// Print the results as one JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Args {
+    /// Whether `workload` was asked for.
+    pub fn wants(&self, workload: Workload) -> bool {
+        self.workloads.contains(&workload)
+    }
+
+    /// Seconds of the sustained run and the sampling interval.
+    pub fn bloat_plan(&self) -> (u64, u64) {
+        if self.bloat_full {
+            (300, 30)
+        } else if self.bloat_secs >= 120 {
+            (self.bloat_secs, 30)
+        } else {
+            (self.bloat_secs.max(1), (self.bloat_secs / 4).max(1))
+        }
+    }
+}

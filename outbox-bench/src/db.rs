@@ -1,0 +1,124 @@
+//! The benchmark's own database: dropped and recreated at start, the outbox schema applied, plus
+//! the business table and the raw-SQL ceiling's table. Every measurement starts from a table
+//! that was truncated, `VACUUM ANALYZE`d and checkpointed, as the peer harness does.
+
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool};
+
+use crate::BenchResult;
+
+/// The database this program drops and recreates.
+pub const DB_NAME: &str = "outbox_bench";
+
+const DROP_DATABASE: &str = "DROP DATABASE IF EXISTS outbox_bench WITH (FORCE)";
+const CREATE_DATABASE: &str = "CREATE DATABASE outbox_bench";
+/// The business table of the enqueue workload (the same as the peer harness's).
+const CREATE_ORDERS: &str = "CREATE TABLE orders (id bigint PRIMARY KEY, \
+    status text NOT NULL DEFAULT 'new', updated_at timestamptz)";
+const DROP_ORDERS: &str = "DROP TABLE IF EXISTS orders";
+const FILL_ORDERS: &str = "INSERT INTO orders (id) SELECT g FROM generate_series(1, $1::bigint) g";
+/// Empties the outbox table (a new relation file: no dead tuples carried over).
+const TRUNCATE_OUTBOX: &str = "TRUNCATE outbox RESTART IDENTITY";
+const VACUUM_ANALYZE: &str = "VACUUM ANALYZE";
+const CHECKPOINT: &str = "CHECKPOINT";
+/// Events not yet delivered (both partial indexes cover this).
+const UNFINISHED: &str = "SELECT count(*) FROM outbox WHERE status IN ('pending', 'processing')";
+const SERVER_VERSION: &str = "SELECT current_setting('server_version')";
+
+/// A connection pool on the benchmark database.
+#[derive(Debug, Clone)]
+pub struct BenchDb {
+    pool: PgPool,
+    options: PgConnectOptions,
+}
+
+impl BenchDb {
+    /// Drop and recreate [`DB_NAME`] on the server, apply the outbox migrations and the
+    /// ceiling's table. `pool_size` connections at most.
+    pub async fn recreate(pool_size: u32) -> BenchResult<BenchDb> {
+        let admin = outbox_runtime::testing::server_options().await;
+        let mut conn = admin.connect().await?;
+        sqlx::query(DROP_DATABASE).execute(&mut conn).await?;
+        sqlx::query(CREATE_DATABASE).execute(&mut conn).await?;
+        conn.close().await?;
+        let options = admin.database(DB_NAME).application_name("outbox-bench");
+        let pool = PgPoolOptions::new()
+            .max_connections(pool_size)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect_with(options.clone())
+            .await?;
+        outbox_runtime::migrate(&pool).await?;
+        crate::ceiling::create_table(&pool).await?;
+        Ok(BenchDb { pool, options })
+    }
+
+    /// The shared pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// A separate pool of `size` connections (so that one workload's clients do not queue
+    /// behind another part's connections).
+    pub async fn extra_pool(&self, size: u32) -> BenchResult<PgPool> {
+        Ok(PgPoolOptions::new()
+            .max_connections(size)
+            .min_connections(size)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect_with(self.options.clone())
+            .await?)
+    }
+
+    /// Empty the outbox and the ceiling's table.
+    pub async fn truncate_outboxes(&self) -> BenchResult<()> {
+        sqlx::query(TRUNCATE_OUTBOX).execute(&self.pool).await?;
+        crate::ceiling::truncate(&self.pool).await?;
+        Ok(())
+    }
+
+    /// A fresh `orders` table with `rows` rows.
+    pub async fn recreate_orders(&self, rows: i64) -> BenchResult<()> {
+        sqlx::query(DROP_ORDERS).execute(&self.pool).await?;
+        sqlx::query(CREATE_ORDERS).execute(&self.pool).await?;
+        sqlx::query(FILL_ORDERS)
+            .bind(rows)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// `VACUUM ANALYZE` and `CHECKPOINT` (untimed, before every measurement).
+    pub async fn settle(&self) -> BenchResult<()> {
+        sqlx::query(VACUUM_ANALYZE).execute(&self.pool).await?;
+        sqlx::query(CHECKPOINT).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Events still pending or processing.
+    pub async fn unfinished(&self) -> BenchResult<i64> {
+        Ok(sqlx::query_scalar(UNFINISHED).fetch_one(&self.pool).await?)
+    }
+
+    /// Poll every 10 ms (as the peer harness does) until no event is pending or processing,
+    /// or `timeout` passed; returns whether the table drained.
+    pub async fn wait_drained(&self, timeout: Duration) -> BenchResult<bool> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.unfinished().await? == 0 {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The server's version string.
+    pub async fn server_version(&self) -> BenchResult<String> {
+        Ok(sqlx::query_scalar(SERVER_VERSION)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+}

@@ -1,0 +1,206 @@
+//! Drain: pre-insert N events with the typed enqueue (untimed), then time their delivery by the
+//! worker to a no-op sink, until the table shows none pending or processing.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outbox_runtime::Event;
+use outbox_runtime::store::EnqueueOptions;
+use outbox_runtime::worker::{Worker, WorkerHandle};
+
+use crate::BenchResult;
+use crate::ceiling::{self, Completion};
+use crate::db::BenchDb;
+use crate::event::PayloadShape;
+use crate::sink::CountingSink;
+
+/// Events per pre-insert transaction.
+const PREFILL_PER_TX: i64 = 500;
+/// Concurrent pre-insert transactions.
+const PREFILL_CLIENTS: i64 = 4;
+/// A drain that has not finished by then is reported as failed.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// One worker configuration of the drain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainSetting {
+    /// Worker instances in this process.
+    pub workers: usize,
+    /// Deliveries in flight per worker.
+    pub concurrency: usize,
+    /// Events per claim statement.
+    pub batch_size: usize,
+    /// Completions per statement.
+    pub completion_batch: usize,
+}
+
+impl DrainSetting {
+    /// The builder's defaults, one worker.
+    pub fn defaults() -> Self {
+        let config =
+            outbox_runtime::worker::WorkerConfig::new(outbox_runtime::store::DEFAULT_TABLE);
+        DrainSetting {
+            workers: 1,
+            concurrency: config.concurrency,
+            batch_size: config.batch_size,
+            completion_batch: config.completion_batch,
+        }
+    }
+
+    /// How the table shows this setting.
+    pub fn label(&self) -> String {
+        format!(
+            "workers={} concurrency={} batch={} completion_batch={}",
+            self.workers, self.concurrency, self.batch_size, self.completion_batch
+        )
+    }
+
+    /// Start this many workers delivering to `sink`.
+    pub async fn start(
+        &self,
+        db: &BenchDb,
+        sink: &Arc<CountingSink>,
+    ) -> BenchResult<Vec<WorkerHandle>> {
+        let mut handles = Vec::with_capacity(self.workers);
+        for _ in 0..self.workers {
+            let handle = Worker::builder(db.pool().clone(), Arc::clone(sink))
+                .concurrency(self.concurrency)
+                .batch_size(self.batch_size)
+                .completion_batch(self.completion_batch, Duration::from_millis(5))
+                .lease(Duration::from_secs(30))
+                .start()
+                .await?;
+            handles.push(handle);
+        }
+        Ok(handles)
+    }
+}
+
+/// Stop every worker and wait for each to finish.
+pub async fn stop(handles: Vec<WorkerHandle>) {
+    for handle in &handles {
+        handle.begin_shutdown();
+    }
+    for handle in &handles {
+        handle.stopped().await;
+    }
+}
+
+/// Insert `n` events with the typed enqueue, `PREFILL_PER_TX` per transaction, without the
+/// wake-up (no worker is running yet).
+pub async fn prefill_typed(db: &BenchDb, n: i64, shape: &PayloadShape) -> BenchResult<()> {
+    let options = EnqueueOptions {
+        notify: false,
+        ..Default::default()
+    };
+    let mut joins = Vec::new();
+    for client in 0..PREFILL_CLIENTS {
+        let pool = db.pool().clone();
+        let (shape, options) = (shape.clone(), options.clone());
+        joins.push(tokio::spawn(async move {
+            // Client k writes ids k+1, k+1+C, ... in transactions of PREFILL_PER_TX.
+            let mut ids = (client + 1..=n)
+                .step_by(PREFILL_CLIENTS as usize)
+                .peekable();
+            while ids.peek().is_some() {
+                let mut tx = pool.begin().await?;
+                for id in ids.by_ref().take(PREFILL_PER_TX as usize) {
+                    shape
+                        .event(id)
+                        .enqueue_with(&mut tx, &format!("drain-{id}"), &options)
+                        .await?;
+                }
+                tx.commit().await?;
+            }
+            Ok::<_, crate::BenchError>(())
+        }));
+    }
+    for join in joins {
+        join.await??;
+    }
+    Ok(())
+}
+
+/// Result of one drain.
+#[derive(Debug, Clone, Copy)]
+pub struct Drained {
+    /// Seconds from worker start to an empty table.
+    pub secs: f64,
+    /// Events per second.
+    pub rate: f64,
+    /// Handler calls (more than N means redeliveries).
+    pub handled: i64,
+}
+
+/// One outbox drain of `n` events with `setting`.
+pub async fn run_outbox(
+    db: &BenchDb,
+    n: i64,
+    shape: &PayloadShape,
+    setting: DrainSetting,
+) -> BenchResult<Drained> {
+    db.truncate_outboxes().await?;
+    prefill_typed(db, n, shape).await?;
+    let waiting = db.unfinished().await?;
+    if waiting != n {
+        return Err(format!("the pre-insert wrote {waiting} events, expected {n}").into());
+    }
+    db.settle().await?;
+    let sink = Arc::new(CountingSink::counting());
+    // The timer includes worker start-up (contract check, LISTEN), as in the peer harness.
+    let started = Instant::now();
+    let handles = setting.start(db, &sink).await?;
+    let deadline = started + DRAIN_TIMEOUT;
+    while sink.delivered() < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let drained = db
+        .wait_drained(deadline.saturating_duration_since(Instant::now()))
+        .await?;
+    let secs = started.elapsed().as_secs_f64();
+    stop(handles).await;
+    if !drained {
+        return Err(format!(
+            "the drain did not finish within {DRAIN_TIMEOUT:?} ({})",
+            setting.label()
+        )
+        .into());
+    }
+    Ok(Drained {
+        secs,
+        rate: n as f64 / secs,
+        handled: sink.delivered(),
+    })
+}
+
+/// One ceiling drain of `n` events: 2 tasks, batch 100, like the harness's ceiling.
+pub async fn run_ceiling(db: &BenchDb, n: i64, completion: Completion) -> BenchResult<Drained> {
+    db.truncate_outboxes().await?;
+    ceiling::prefill(db.pool(), n).await?;
+    db.settle().await?;
+    let (secs, handled) = ceiling::drain(db.pool(), 2, 100, completion).await?;
+    if handled != n {
+        return Err(format!("the ceiling handled {handled} events, expected {n}").into());
+    }
+    Ok(Drained {
+        secs,
+        rate: n as f64 / secs,
+        handled,
+    })
+}
+
+/// The grid `--sweep` tries: one and two workers, a few concurrency and batch sizes.
+pub fn sweep_grid() -> Vec<DrainSetting> {
+    let mut grid = Vec::new();
+    for workers in [1, 2] {
+        for (concurrency, batch_size) in [(64, 32), (128, 64), (200, 100), (256, 128), (400, 200)] {
+            grid.push(DrainSetting {
+                workers,
+                concurrency,
+                batch_size,
+                completion_batch: batch_size,
+            });
+        }
+    }
+    grid
+}

@@ -1,0 +1,173 @@
+//! Enqueue overhead: N business transactions over a few connections, each
+//! `UPDATE orders ... WHERE id = $1` plus (or not) the event write, committed one by one.
+//!
+//! The variants share everything but the event write, so the ratio of each to the baseline is
+//! the cost of that write: the typed enqueue with and without its wake-up notification, a
+//! hand-written `INSERT` of exactly the row the typed enqueue writes (the same columns and
+//! values, computed the same way), and the ceiling's minimal insert.
+
+use std::time::Instant;
+
+use outbox_runtime::Event;
+use outbox_runtime::store::EnqueueOptions;
+use outbox_runtime::store::enqueue::{event_id_for, payload_fingerprint};
+use sqlx::types::Json;
+use sqlx::{PgPool, Postgres, Transaction};
+
+use crate::db::BenchDb;
+use crate::event::{OrderPaid, PayloadShape};
+use crate::{BenchResult, ceiling};
+
+/// The business statement (the same text as in every peer of the harness).
+const ORDERS_UPDATE: &str = "UPDATE orders SET status = 'paid', updated_at = now() WHERE id = $1";
+/// The row the typed enqueue writes, as a plain INSERT: no conflict handling, no notification.
+const RAW_INSERT: &str = "INSERT INTO outbox (event_id, operation_key, payload_fingerprint, \
+    event_type, event_version, payload, headers, max_attempts) \
+    VALUES ($1, $2, $3, $4, $5, $6, '{}', 10)";
+
+/// What each business transaction writes besides its UPDATE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// Nothing: the business transaction alone.
+    Baseline,
+    /// `OrderPaid::enqueue_with` with the wake-up notification (the default).
+    TypedNotify,
+    /// `OrderPaid::enqueue_with` with `notify: false`.
+    TypedQuiet,
+    /// A hand-written INSERT of the same outbox row.
+    RawSameRow,
+    /// The ceiling's minimal insert (payload only).
+    CeilingInsert,
+}
+
+impl Variant {
+    /// Every variant, in the order they run.
+    pub const ALL: [Variant; 5] = [
+        Variant::Baseline,
+        Variant::TypedNotify,
+        Variant::TypedQuiet,
+        Variant::RawSameRow,
+        Variant::CeilingInsert,
+    ];
+
+    /// How the table names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Variant::Baseline => "baseline (UPDATE only)",
+            Variant::TypedNotify => "typed enqueue, notify",
+            Variant::TypedQuiet => "typed enqueue, no notify",
+            Variant::RawSameRow => "raw INSERT of the same row",
+            Variant::CeilingInsert => "ceiling INSERT (payload only)",
+        }
+    }
+
+    async fn write(
+        self,
+        tx: &mut Transaction<'_, Postgres>,
+        id: i64,
+        shape: &PayloadShape,
+    ) -> BenchResult<()> {
+        let key = format!("pay-{id}");
+        match self {
+            Variant::Baseline => {}
+            Variant::TypedNotify => {
+                shape
+                    .event(id)
+                    .enqueue_with(tx, &key, &EnqueueOptions::default())
+                    .await?;
+            }
+            Variant::TypedQuiet => {
+                let quiet = EnqueueOptions {
+                    notify: false,
+                    ..Default::default()
+                };
+                shape.event(id).enqueue_with(tx, &key, &quiet).await?;
+            }
+            Variant::RawSameRow => {
+                let payload = serde_json::to_string(&shape.event(id))?;
+                let fingerprint =
+                    payload_fingerprint(OrderPaid::NAME, OrderPaid::VERSION, payload.as_bytes());
+                let raw = serde_json::value::RawValue::from_string(payload)?;
+                sqlx::query(RAW_INSERT)
+                    .bind(event_id_for(OrderPaid::TABLE, &key))
+                    .bind(&key)
+                    .bind(&fingerprint[..])
+                    .bind(OrderPaid::NAME)
+                    .bind(OrderPaid::VERSION as i32)
+                    .bind(Json(&raw))
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            Variant::CeilingInsert => ceiling::insert(tx, &shape.json(id)).await?,
+        }
+        Ok(())
+    }
+
+    /// Rows this variant leaves in the outbox tables after `n` transactions.
+    fn expected_rows(self, n: i64) -> i64 {
+        if self == Variant::Baseline { 0 } else { n }
+    }
+}
+
+const COUNT_EVENTS: &str =
+    "SELECT (SELECT count(*) FROM outbox) + (SELECT count(*) FROM ceiling_outbox)";
+
+/// Run `n` transactions of `variant` over `clients` connections; returns transactions/second.
+pub async fn run(
+    db: &BenchDb,
+    variant: Variant,
+    n: i64,
+    clients: usize,
+    shape: &PayloadShape,
+) -> BenchResult<f64> {
+    db.truncate_outboxes().await?;
+    db.recreate_orders(n).await?;
+    db.settle().await?;
+    let pool = db.extra_pool(u32::try_from(clients).unwrap_or(4)).await?;
+    let started = Instant::now();
+    let mut joins = Vec::with_capacity(clients);
+    for client in 0..clients {
+        let (pool, shape) = (pool.clone(), shape.clone());
+        joins.push(tokio::spawn(async move {
+            client_loop(pool, variant, client, clients, n, shape).await
+        }));
+    }
+    for join in joins {
+        join.await??;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    pool.close().await;
+    let rows: i64 = sqlx::query_scalar(COUNT_EVENTS)
+        .fetch_one(db.pool())
+        .await?;
+    if rows != variant.expected_rows(n) {
+        return Err(format!(
+            "{}: {rows} events written, expected {}",
+            variant.label(),
+            variant.expected_rows(n)
+        )
+        .into());
+    }
+    Ok(n as f64 / secs)
+}
+
+/// Client `k` of `clients` runs ids k+1, k+1+clients, ... (strided: no two clients touch a row).
+async fn client_loop(
+    pool: PgPool,
+    variant: Variant,
+    client: usize,
+    clients: usize,
+    n: i64,
+    shape: PayloadShape,
+) -> BenchResult<()> {
+    for id in (client as i64 + 1..=n).step_by(clients) {
+        let mut tx = pool.begin().await?;
+        sqlx::query(ORDERS_UPDATE)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        variant.write(&mut tx, id, &shape).await?;
+        tx.commit().await?;
+    }
+    Ok(())
+}
