@@ -66,3 +66,44 @@ async fn the_committed_folder_applies_and_the_worker_check_accepts_it() {
         .await
         .expect("the registry agrees with the compiled events");
 }
+
+/// A sink that must never be reached: the worker refuses to start first.
+struct Unreachable;
+
+impl outbox_runtime::Sink for Unreachable {
+    fn deliver<'a>(
+        &'a self,
+        _event: &'a outbox_runtime::store::ClaimedEvent,
+        _delivery: &'a outbox_runtime::Delivery,
+    ) -> futures::future::BoxFuture<'a, Result<(), outbox_runtime::HandlerError>> {
+        panic!("a worker that refused to start delivered an event")
+    }
+}
+
+#[tokio::test]
+async fn a_worker_refuses_to_start_when_the_registry_disagrees() {
+    let db = TestDatabase::new().await;
+    // The database was migrated by a binary whose order.confirmed v1 had another shape.
+    sqlx::query(
+        "INSERT INTO outbox_contracts (event_type, event_version, fingerprint, shape, type_name)
+         VALUES ('order.confirmed', 1, repeat('0', 64), '{}', 'older_binary::OrderConfirmed')",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let started = outbox_runtime::worker::Worker::builder(db.pool().clone(), Unreachable)
+        .start()
+        .await;
+    let Err(err) = started else {
+        panic!("the worker started against a drifted registry")
+    };
+    let message = err.to_string();
+    assert!(
+        message.starts_with("contract mismatch: event `order.confirmed` version 1 is registered"),
+        "{message}"
+    );
+    assert!(
+        message.contains("older_binary::OrderConfirmed") && message.contains("Refusing to start"),
+        "{message}"
+    );
+}
