@@ -9,10 +9,10 @@
 use std::time::Duration;
 
 use outbox_runtime::testing::TestDatabase;
-use outbox_runtime::{Delivery, Dispatcher, Event, HandlerError, Sink, Store, handler};
+use outbox_runtime::worker::Worker;
+use outbox_runtime::{Delivery, Dispatcher, Event, HandlerError, Store, handler};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// The event: a named, versioned contract (its JSON Schema is the shape).
@@ -70,28 +70,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tx.commit().await?;
     println!("enqueued {event_id} with order {order_id}");
 
-    // 2. Claim committed events, deliver each through the dispatcher, record the outcome.
-    let store = Store::new(pool.clone());
+    // 2. A worker claims committed events and delivers each to its handler, at least once.
     let dispatcher = Dispatcher::builder().handler(on_order_confirmed).build()?;
-    for claimed in store
-        .claim_batch("quickstart", 10, Duration::from_secs(30), false)
-        .await?
-    {
-        let delivery = Delivery::new(&claimed, CancellationToken::new());
-        match dispatcher.deliver(&claimed, &delivery).await {
-            Ok(()) => println!(
-                "completed: {:?}",
-                store.complete_if_owned(claimed.claim()).await?
-            ),
-            Err(err) => {
-                let retry_in = Duration::from_secs(5);
-                let outcome = store
-                    .fail_if_owned(claimed.claim(), &err.message, retry_in, err.is_permanent())
-                    .await?;
-                println!("failed ({err}): {outcome:?}");
-            }
-        }
+    let worker = Worker::builder(pool.clone(), dispatcher)
+        .concurrency(8)
+        .lease(Duration::from_secs(30))
+        .start()
+        .await?;
+    let store = Store::new(pool.clone());
+    while store.stats().await?.delivered < 1 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    worker.shutdown().await;
+
     let stats = store.stats().await?;
     println!(
         "outbox now: {} pending, {} delivered, {} exhausted",
