@@ -325,28 +325,49 @@ pub fn crash_target() -> PathBuf {
             .file_name()
             .and_then(|p| p.to_str())
             .unwrap_or("debug");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
-        let cargo_profile = if profile == "debug" { "dev" } else { profile };
-        let status = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "--example",
-                "crash_target",
-                "--manifest-path",
-                manifest,
-                "--profile",
-                cargo_profile,
-            ])
-            .env("CARGO_TARGET_DIR", target_dir)
-            .status()
-            .expect("running cargo to build examples/crash_target.rs");
-        assert!(status.success(), "building examples/crash_target.rs failed");
         let path = profile_dir.join("examples").join("crash_target");
+        // `cargo test --workspace` builds examples before running tests, so the binary is
+        // there and fresh. A filtered run should name it too
+        // (`cargo test --test crash_faults --example crash_target`); only a missing binary is
+        // built here, because a nested cargo sees different environment variables and would
+        // rebuild dependencies back and forth with the outer one.
+        let fresh = path.is_file();
+        if !fresh {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+            let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+            // `test` is the profile `cargo test` builds examples with, so its work is reused.
+            let cargo_profile = if profile == "debug" { "test" } else { profile };
+            let mut build = Command::new(cargo);
+            build
+                .args([
+                    "build",
+                    "--example",
+                    "crash_target",
+                    "--manifest-path",
+                    manifest,
+                    "--profile",
+                    cargo_profile,
+                ])
+                .env("CARGO_TARGET_DIR", target_dir);
+            // The variables cargo sets for a running test would change build fingerprints and
+            // make the nested build recompile dependencies.
+            for (key, _) in std::env::vars_os() {
+                let key = key.to_string_lossy().into_owned();
+                if (key.starts_with("CARGO_") && key != "CARGO_HOME")
+                    || key == "OUT_DIR"
+                    || key.starts_with("RUST_TEST")
+                {
+                    build.env_remove(&key);
+                }
+            }
+            let status = build
+                .status()
+                .expect("running cargo to build examples/crash_target.rs");
+            assert!(status.success(), "building examples/crash_target.rs failed");
+        }
         assert!(
             path.is_file(),
-            "examples/crash_target was built but is not at {}",
+            "examples/crash_target is not at {}",
             path.display()
         );
         path
