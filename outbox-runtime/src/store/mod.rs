@@ -184,8 +184,12 @@ fn ownership(rows_affected: u64) -> Ownership {
     }
 }
 
+/// The pairs of a batch as two arrays, sorted by id: every batched statement then locks its
+/// rows in the same order, so a renewal and a completion of overlapping batches cannot deadlock.
 fn split_claims(claims: &[Claim]) -> (Vec<i64>, Vec<i64>) {
-    claims.iter().map(|c| (c.id, c.claim_version)).unzip()
+    let mut sorted = claims.to_vec();
+    sorted.sort_unstable_by_key(|c| (c.id, c.claim_version));
+    sorted.iter().map(|c| (c.id, c.claim_version)).unzip()
 }
 
 fn claimed_event(row: &sqlx::postgres::PgRow) -> Result<ClaimedEvent> {
