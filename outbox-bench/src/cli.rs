@@ -36,16 +36,18 @@ pub struct Args {
     #[arg(long, default_value_t = 4)]
     pub clients: usize,
     /// Worker instances of the tuned drain setting (each with its own claimer and completer).
+    /// The tuned defaults (2 x 800 / 400 / 400) were the best of `--sweep` on 2 shared cores:
+    /// on a busy machine fewer, bigger statements win.
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
     /// Deliveries in flight per worker in the tuned drain setting.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 800)]
     pub concurrency: usize,
     /// Events claimed per statement in the tuned drain setting.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 400)]
     pub batch_size: usize,
     /// Completions written per statement in the tuned drain setting.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 400)]
     pub completion_batch: usize,
     /// Serialized payload size in bytes (0: the bare `{"order_id": i}`).
     #[arg(long, default_value_t = 0)]

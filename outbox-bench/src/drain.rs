@@ -192,8 +192,8 @@ pub async fn run_ceiling(db: &BenchDb, n: i64, completion: Completion) -> BenchR
 /// The grid `--sweep` tries: one and two workers, a few concurrency and batch sizes.
 pub fn sweep_grid() -> Vec<DrainSetting> {
     let mut grid = Vec::new();
-    for workers in [1, 2] {
-        for (concurrency, batch_size) in [(64, 32), (128, 64), (200, 100), (256, 128), (400, 200)] {
+    for workers in [1, 2, 4] {
+        for (concurrency, batch_size) in [(64, 32), (200, 100), (400, 200), (800, 400)] {
             grid.push(DrainSetting {
                 workers,
                 concurrency,
