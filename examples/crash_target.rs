@@ -117,10 +117,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(ms) = args.renew_ms {
         builder = builder.renew_interval(Duration::from_millis(ms));
     }
+    // Installed before `ready`, so a SIGTERM right after start is a graceful shutdown.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let worker = builder.start().await?;
     println!("ready");
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
