@@ -1,0 +1,254 @@
+//! In-process workers facing failing receivers: retries with exponential backoff (and a
+//! receiver's own Retry-After), exhaustion, permanent failures, panicking handlers, and
+//! configuration errors.
+
+mod worker_support;
+
+use std::time::Duration;
+
+use outbox_runtime::worker::{RetryPolicy, Worker};
+use worker_support::receiver::{Knobs, Receiver};
+use worker_support::*;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn gaps_ms(pool_log: &[(i32, f64)]) -> Vec<f64> {
+    pool_log
+        .windows(2)
+        .map(|w| (w[1].1 - w[0].1) * 1000.0)
+        .collect()
+}
+
+async fn attempt_times(pool: &sqlx::PgPool) -> Vec<(i32, f64)> {
+    sqlx::query_as(
+        "SELECT attempt, extract(epoch FROM received_at)::float8 FROM receiver_log ORDER BY seq",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_are_retried_with_exponential_backoff() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    enqueue_jobs(&pool, 0, 1, false).await;
+    let knobs = Knobs {
+        fail_first: 2,
+        ..Default::default()
+    };
+    let worker = Worker::builder(pool.clone(), Receiver::new(pool.clone(), "w", knobs))
+        .retry(RetryPolicy {
+            base: Duration::from_millis(400),
+            max: Duration::from_secs(10),
+            jitter: false,
+        })
+        .poll_interval(Duration::from_millis(50))
+        .start()
+        .await
+        .unwrap();
+    wait_until(WAIT, "the event is delivered", || async {
+        count_status(&pool, "delivered").await == 1
+    })
+    .await;
+    worker.shutdown().await;
+
+    let row = rows(&pool).await.remove(0);
+    assert_eq!((row.attempts, row.handler_failures), (3, 2));
+    assert_eq!(row.last_error.as_deref(), Some("receiver unavailable"));
+    let times = attempt_times(&pool).await;
+    assert_eq!(times.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 2, 3]);
+    let gaps = gaps_ms(&times);
+    // The second attempt waits at least base, the third at least twice base.
+    assert!(gaps[0] >= 400.0, "first backoff {gaps:?}");
+    assert!(gaps[1] >= 800.0, "second backoff doubles {gaps:?}");
+    let c = worker.counters();
+    assert_eq!((c.retried, c.delivered, c.exhausted), (2, 1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receivers_retry_after_is_honoured() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    enqueue_jobs(&pool, 0, 1, false).await;
+    let knobs = Knobs {
+        fail_first: 1,
+        retry_after: Some(Duration::from_millis(1500)),
+        ..Default::default()
+    };
+    let worker = Worker::builder(pool.clone(), Receiver::new(pool.clone(), "w", knobs))
+        .retry(RetryPolicy {
+            base: Duration::from_millis(10),
+            max: Duration::from_millis(20),
+            jitter: false,
+        })
+        .poll_interval(Duration::from_millis(50))
+        .start()
+        .await
+        .unwrap();
+    wait_until(WAIT, "the event is delivered", || async {
+        count_status(&pool, "delivered").await == 1
+    })
+    .await;
+    worker.shutdown().await;
+    let gaps = gaps_ms(&attempt_times(&pool).await);
+    assert_eq!(gaps.len(), 1);
+    assert!(
+        gaps[0] >= 1500.0,
+        "the retry waited for the receiver's delay, not the 10 ms policy: {gaps:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_that_keeps_failing_is_exhausted_after_its_attempts() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    enqueue_jobs_with_attempts(&pool, 0, 2, 3).await;
+    let knobs = Knobs {
+        fail_first: u32::MAX,
+        ..Default::default()
+    };
+    let worker = Worker::builder(pool.clone(), Receiver::new(pool.clone(), "w", knobs))
+        .retry(RetryPolicy {
+            base: Duration::from_millis(20),
+            max: Duration::from_millis(50),
+            jitter: true,
+        })
+        .poll_interval(Duration::from_millis(50))
+        .start()
+        .await
+        .unwrap();
+    wait_until(WAIT, "both events are exhausted", || async {
+        count_status(&pool, "exhausted").await == 2
+    })
+    .await;
+    worker.shutdown().await;
+    for r in rows(&pool).await {
+        assert_eq!(
+            (r.status.as_str(), r.attempts, r.handler_failures),
+            ("exhausted", 3, 3),
+            "{r:?}"
+        );
+    }
+    let log = received(&pool).await;
+    assert_eq!(log.len(), 6, "three attempts each, no fourth");
+    assert!(log.iter().all(|r| r.outcome == "failed"));
+    assert_eq!(effects(&pool).await, 0);
+    let c = worker.counters();
+    assert_eq!((c.retried, c.exhausted, c.delivered), (4, 2, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_failure_exhausts_at_once() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    enqueue_jobs(&pool, 0, 1, false).await;
+    let knobs = Knobs {
+        permanent: true,
+        ..Default::default()
+    };
+    let worker = Worker::builder(pool.clone(), Receiver::new(pool.clone(), "w", knobs))
+        .start()
+        .await
+        .unwrap();
+    wait_until(WAIT, "the event is exhausted", || async {
+        count_status(&pool, "exhausted").await == 1
+    })
+    .await;
+    worker.shutdown().await;
+    let row = rows(&pool).await.remove(0);
+    assert_eq!(row.attempts, 1);
+    assert_eq!(
+        row.last_error.as_deref(),
+        Some("receiver rejects this payload")
+    );
+    assert_eq!(received(&pool).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_fails_its_event_and_the_worker_goes_on() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    enqueue_jobs(&pool, 0, 3, false).await;
+    let knobs = Knobs {
+        panic_first: 1,
+        ..Default::default()
+    };
+    let worker = Worker::builder(pool.clone(), Receiver::new(pool.clone(), "w", knobs))
+        .concurrency(2)
+        .start()
+        .await
+        .unwrap();
+    wait_until(WAIT, "all three are exhausted", || async {
+        count_status(&pool, "exhausted").await == 3
+    })
+    .await;
+    // The worker survived its panicking handlers: it still delivers.
+    enqueue_jobs_with_attempts(&pool, 10, 11, 5).await;
+    sqlx::query("UPDATE outbox SET attempts = 1 WHERE status = 'pending'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    wait_until(WAIT, "a later event is delivered", || async {
+        count_status(&pool, "delivered").await == 1
+    })
+    .await;
+    worker.shutdown().await;
+    for r in rows(&pool)
+        .await
+        .into_iter()
+        .filter(|r| r.status == "exhausted")
+    {
+        assert_eq!(r.attempts, 1);
+        let err = r.last_error.unwrap_or_default();
+        assert!(
+            err.starts_with("handler panicked: receiver panics on attempt 1"),
+            "{err}"
+        );
+    }
+    let log = received(&pool).await;
+    assert_eq!(log.iter().filter(|r| r.outcome == "panic").count(), 3);
+    assert_eq!(log.iter().filter(|r| r.outcome == "ok").count(), 1);
+    assert_eq!(worker.counters().panics, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_configuration_is_refused_with_the_knob_named() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    let sink = || Receiver::new(pool.clone(), "w", Knobs::default());
+    let err = Worker::builder(pool.clone(), sink())
+        .concurrency(0)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("concurrency"), "{err}");
+    let err = Worker::builder(pool.clone(), sink())
+        .lease(Duration::from_secs(1))
+        .renew_interval(Duration::from_secs(2))
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("renew_interval") && err.contains("lease"),
+        "{err}"
+    );
+    let err = Worker::builder(pool.clone(), sink())
+        .table("Robert'); DROP TABLE")
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not a valid outbox table name"), "{err}");
+    let err = Worker::builder(pool.clone(), sink())
+        .retry(RetryPolicy {
+            base: Duration::from_secs(5),
+            max: Duration::from_secs(1),
+            jitter: true,
+        })
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("retry.max"), "{err}");
+    // Nothing was started: no row, no receiver record.
+    assert_eq!(received(&pool).await.len(), 0);
+}
