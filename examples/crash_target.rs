@@ -158,9 +158,7 @@ async fn record_events(
             WorkerEvent::CompletedBatch { stale, .. } if !stale.is_empty() => {
                 ("stale", stale.iter().map(|c| c.id).collect())
             }
-            WorkerEvent::Failed(claim, outcome_lost)
-                if outcome_lost == outbox_runtime::store::FailOutcome::Lost =>
-            {
+            WorkerEvent::Failed(claim, outbox_runtime::store::FailOutcome::Lost) => {
                 ("stale", vec![claim.id])
             }
             WorkerEvent::LeaseLost(claim) => ("lease_lost", vec![claim.id]),

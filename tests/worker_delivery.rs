@@ -6,7 +6,7 @@ mod worker_support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use outbox_runtime::worker::{Worker, WorkerEvent};
+use outbox_runtime::worker::Worker;
 use worker_support::receiver::{Knobs, Receiver};
 use worker_support::*;
 
