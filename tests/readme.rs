@@ -17,9 +17,52 @@ fn readme_quickstart_is_the_quickstart_example() {
 /// The quickstart runs end to end against a real PostgreSQL (found like every other test).
 #[test]
 fn quickstart_example_runs() {
-    let status = std::process::Command::new(env!("CARGO"))
-        .args(["run", "--quiet", "--example", "quickstart"])
-        .status()
-        .expect("running cargo");
-    assert!(status.success(), "cargo run --example quickstart failed");
+    // `cargo test` builds the examples next to the test binaries: <target>/<profile>/examples.
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test binary lives in <target>/<profile>/deps");
+    let quickstart = profile_dir.join("examples").join("quickstart");
+    if !quickstart.is_file() {
+        // A filtered run (`cargo test --test readme`) may not have built it; building it from
+        // here with the same profile and target directory reuses the outer build.
+        let status = std::process::Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--quiet",
+                "--example",
+                "quickstart",
+                "--profile",
+                "test",
+            ])
+            .args([
+                "--manifest-path",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"),
+            ])
+            .env(
+                "CARGO_TARGET_DIR",
+                profile_dir.parent().expect("target dir"),
+            )
+            .status()
+            .expect("running cargo to build examples/quickstart.rs");
+        assert!(status.success(), "building examples/quickstart.rs failed");
+    }
+    let output = std::process::Command::new(&quickstart)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", quickstart.display()));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the quickstart failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("handled "),
+        "the handler did not run:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("0 pending, 1 delivered, 0 exhausted"),
+        "the event was not delivered:\n{stdout}"
+    );
 }
