@@ -232,6 +232,15 @@ async fn one_maintenance_leader_recovers_purges_and_hands_over() {
         .poll_interval(Duration::from_millis(100))
         .start()
     };
+    // An orphaned claim (a worker that died): claimed with a short lease by nobody alive, before
+    // any worker runs (a running worker, woken by the enqueue, could claim the rows first).
+    enqueue_jobs(&pool, 0, 3, false).await;
+    let store = outbox_runtime::Store::new(pool.clone());
+    let orphans = store
+        .claim_batch("dead-worker", 3, Duration::from_millis(300), false)
+        .await
+        .unwrap();
+    assert_eq!(orphans.len(), 3);
     let a = start("m-a").await.unwrap();
     let b = start("m-b").await.unwrap();
     let c = start("m-c").await.unwrap();
@@ -243,14 +252,6 @@ async fn one_maintenance_leader_recovers_purges_and_hands_over() {
     let leaders = maintenance_leaders(&pool).await;
     assert_eq!(leaders.len(), 1, "exactly one leader: {leaders:?}");
 
-    // An orphaned claim (a worker that died): claimed with a short lease by nobody alive.
-    enqueue_jobs(&pool, 0, 3, false).await;
-    let store = outbox_runtime::Store::new(pool.clone());
-    let orphans = store
-        .claim_batch("dead-worker", 3, Duration::from_millis(300), false)
-        .await
-        .unwrap();
-    assert_eq!(orphans.len(), 3);
     wait_until(WAIT, "recovered and delivered", || async {
         received(&pool).await.len() == 3
     })
