@@ -55,8 +55,8 @@ async fn generated_migrations_apply_and_create_what_they_declare() {
     .await
     .unwrap();
     for expected in [
-        "shipping_outbox_pending_idx",
-        "shipping_outbox_lease_idx",
+        "shipping_outbox_open_idx",
+        "shipping_outbox_exhausted_idx",
         "shipping_outbox_purge_idx",
     ] {
         assert!(

@@ -552,7 +552,7 @@ async fn recovery_racing_a_late_completion_has_exactly_one_winner_per_row() {
         recovery_wins += recovered.requeued;
         completion_results.extend(results);
         // Send the recovered rows out of the way for the next round.
-        sqlx::query("UPDATE outbox SET status = 'exhausted' WHERE status = 'pending' AND lease_expiries > 0")
+        sqlx::query("UPDATE outbox SET status = 'exhausted', exhausted_at = now() WHERE status = 'pending' AND lease_expiries > 0")
             .execute(db.pool())
             .await
             .unwrap();

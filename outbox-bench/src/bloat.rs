@@ -22,7 +22,7 @@ use crate::sink::CountingSink;
 /// Table statistics of the outbox (the cumulative statistics system lags by up to a second).
 const SAMPLE: &str = "SELECT coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0), \
       pg_total_relation_size('outbox'), coalesce(s.autovacuum_count, 0), \
-      (SELECT count(*) FROM outbox WHERE status IN ('pending', 'processing')) \
+      (SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND exhausted_at IS NULL) \
     FROM (SELECT 1) AS one LEFT JOIN pg_stat_user_tables AS s ON s.relname = 'outbox'";
 
 /// Enqueuing connections.

@@ -24,7 +24,7 @@ const TRUNCATE_OUTBOX: &str = "TRUNCATE outbox RESTART IDENTITY";
 const VACUUM_ANALYZE: &str = "VACUUM ANALYZE";
 const CHECKPOINT: &str = "CHECKPOINT";
 /// Events not yet delivered (both partial indexes cover this).
-const UNFINISHED: &str = "SELECT count(*) FROM outbox WHERE status IN ('pending', 'processing')";
+const UNFINISHED: &str = "SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND exhausted_at IS NULL";
 const SERVER_VERSION: &str = "SELECT current_setting('server_version')";
 
 /// A connection pool on the benchmark database.

@@ -127,9 +127,10 @@ pub async fn enqueue_notes(pool: &PgPool, prefix: &str, n: usize) -> Vec<uuid::U
 pub async fn bulk_insert(pool: &PgPool, prefix: &str, n: i64, status: &str) {
     sqlx::query(
         "INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload,
-                             status, delivered_at, available_at)
+                             status, delivered_at, exhausted_at, available_at)
          SELECT gen_random_uuid(), $1 || '-' || g, '\\x00', 'note', 1, jsonb_build_object('n', g),
-                $3, CASE WHEN $3 = 'delivered' THEN now() END, now() - interval '1 second'
+                $3, CASE WHEN $3 = 'delivered' THEN now() END, CASE WHEN $3 = 'exhausted' THEN now() END,
+                now() - interval '1 second'
          FROM generate_series(1, $2) AS g",
     )
     .bind(prefix)

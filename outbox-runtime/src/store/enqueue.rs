@@ -150,7 +150,7 @@ pub async fn enqueue_event<E: Event>(
             // new one. (Under REPEATABLE READ the insert itself reports a serialization failure
             // instead, which the caller retries like any other.)
             let existing: Option<(Uuid, Vec<u8>)> = sqlx::query_as(statements.existing_by_key)
-                .bind(operation_key)
+                .bind(event_id)
                 .fetch_optional(&mut **tx)
                 .await?;
             match existing {

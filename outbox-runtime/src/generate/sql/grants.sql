@@ -15,5 +15,6 @@ GRANT SELECT (event_id, operation_key, payload_fingerprint) ON {table} TO {enque
 -- deletes delivered rows past retention. It cannot insert events.
 GRANT SELECT, DELETE ON {table} TO {worker};
 GRANT UPDATE (status, available_at, lease_until, claimed_by, claim_version, attempts,
-              lease_expiries, handler_failures, last_error, updated_at, delivered_at)
+              lease_expiries, handler_failures, last_error, updated_at, delivered_at,
+              exhausted_at)
     ON {table} TO {worker};

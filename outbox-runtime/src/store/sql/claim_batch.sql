@@ -4,16 +4,19 @@
 --
 -- Candidates are picked FOR UPDATE SKIP LOCKED, so competing workers never wait on each other
 -- and never get the same row; a row another worker claimed after our snapshot is re-checked
--- against its new version (status is no longer pending) and skipped. The lease is computed from
+-- against its new version (status is no longer pending) and skipped. Rows in flight stay in the
+-- open index (the claim is a HOT update, see create_table.sql), so the scan steps over them by
+-- their status: a cost proportional to the events in flight, not to the backlog. The lease is computed from
 -- the database clock. claim_version + 1 makes every earlier claim of the row stale; attempts + 1
 -- charges the attempt now, so a payload that kills the worker still uses its attempts up.
 -- Run in autocommit: the claim is committed before anything is delivered.
 --
--- Index: <table>_pending_idx (available_at, id) WHERE status = 'pending'.
+-- Index: <table>_open_idx (available_at, id) WHERE delivered_at IS NULL AND exhausted_at IS NULL.
 WITH candidates AS (
     SELECT id
     FROM /* TEMPLATE: table */outbox
-    WHERE status = 'pending' AND available_at <= now()
+    WHERE delivered_at IS NULL AND exhausted_at IS NULL AND available_at <= now()
+      AND status = 'pending'
     ORDER BY available_at, id
     LIMIT $1
     FOR UPDATE SKIP LOCKED

@@ -1,5 +1,5 @@
 -- Ordered claim: like claim_batch.sql, but an event with an aggregate is only claimable when no
--- earlier (smaller id) event of the same aggregate is pending or processing, so the events of
+-- earlier (smaller id) event of the same aggregate is open (pending or processing), so the events of
 -- one aggregate are delivered one after another, in id order.
 --
 -- Parameters: $1 limit bigint, $2 lease in microseconds bigint, $3 worker name text.
@@ -11,18 +11,19 @@
 -- towards blocking. Order is id order: ids are assigned at insert, so two transactions that write
 -- events of one aggregate without serialising on a business row may commit out of id order.
 --
--- Indexes: <table>_pending_idx for candidates, <table>_aggregate_idx for the earlier-event check.
+-- Indexes: <table>_open_idx for candidates, <table>_aggregate_idx for the earlier-event check.
 WITH candidates AS (
     SELECT o.id
     FROM /* TEMPLATE: table */outbox AS o
-    WHERE o.status = 'pending' AND o.available_at <= now()
+    WHERE o.delivered_at IS NULL AND o.exhausted_at IS NULL AND o.available_at <= now()
+      AND o.status = 'pending'
       AND (o.aggregate_id IS NULL OR NOT EXISTS (
             SELECT 1
             FROM /* TEMPLATE: table */outbox AS e
             WHERE e.aggregate_type = o.aggregate_type
               AND e.aggregate_id = o.aggregate_id
               AND e.id < o.id
-              AND e.status IN ('pending', 'processing')))
+              AND e.delivered_at IS NULL AND e.exhausted_at IS NULL))
     ORDER BY o.available_at, o.id
     LIMIT $1
     FOR UPDATE OF o SKIP LOCKED

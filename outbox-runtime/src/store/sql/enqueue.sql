@@ -14,15 +14,16 @@
 -- this statement's snapshot was taken (READ COMMITTED), so it is invisible here; the caller then
 -- reads it with existing_by_key.sql, whose new snapshot sees it.
 --
--- ON CONFLICT DO NOTHING names no target on purpose: the event id is derived from the operation
--- key, so both unique indexes conflict together, and with both as arbiters a concurrent insert of
--- the same key can never raise a unique violation that would abort the caller's transaction.
+-- ON CONFLICT DO NOTHING: the event id is derived from the operation key, so the unique index on
+-- event_id is the key's uniqueness, and a concurrent insert of the same key waits for the other
+-- transaction and then does nothing: it never raises a unique violation that would abort the
+-- caller's transaction.
 --
 -- pg_notify runs only when a row was inserted and a channel is given. PostgreSQL delivers it on
 -- commit and folds identical notifications of one transaction into one, so a transaction wakes
 -- the workers once however many events it writes, and a rolled-back transaction not at all.
 --
--- Indexes: the unique indexes on operation_key and event_id (conflict check, lookup).
+-- Index: the unique index on event_id (conflict check, lookup).
 WITH inserted AS (
     INSERT INTO /* TEMPLATE: table */outbox
         (event_id, operation_key, payload_fingerprint, event_type, event_version,
@@ -42,4 +43,4 @@ FROM inserted AS i
 UNION ALL
 SELECT o.event_id, false AS inserted, o.payload_fingerprint, 0 AS notified
 FROM /* TEMPLATE: table */outbox AS o
-WHERE o.operation_key = $2 AND NOT EXISTS (SELECT 1 FROM inserted)
+WHERE o.event_id = $1 AND NOT EXISTS (SELECT 1 FROM inserted)

@@ -11,6 +11,7 @@ UPDATE /* TEMPLATE: table */outbox
 SET status = CASE WHEN $5::boolean OR attempts >= max_attempts THEN 'exhausted' ELSE 'pending' END,
     available_at = CASE WHEN $5::boolean OR attempts >= max_attempts THEN available_at
                         ELSE now() + $4::bigint * interval '1 microsecond' END,
+    exhausted_at = CASE WHEN $5::boolean OR attempts >= max_attempts THEN now() END,
     lease_until = NULL,
     handler_failures = handler_failures + 1,
     last_error = $3,

@@ -3,12 +3,12 @@
 -- Parameters: $1 retention in microseconds bigint, $2 limit bigint.
 -- Bounded so maintenance never holds many locks or writes a huge transaction at once.
 -- Purging a row frees its operation key.
--- Index: <table>_purge_idx (delivered_at) WHERE status = 'delivered'.
+-- Index: <table>_purge_idx (delivered_at) WHERE delivered_at IS NOT NULL.
 DELETE FROM /* TEMPLATE: table */outbox
 WHERE id IN (
     SELECT id
     FROM /* TEMPLATE: table */outbox
-    WHERE status = 'delivered'
+    WHERE delivered_at IS NOT NULL
       AND delivered_at < now() - $1::bigint * interval '1 microsecond'
     ORDER BY delivered_at
     LIMIT $2

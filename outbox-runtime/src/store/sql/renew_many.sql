@@ -10,10 +10,10 @@ SET lease_until = now() + $3::bigint * interval '1 microsecond',
 FROM unnest($1::bigint[], $2::bigint[]) AS c(id, claim_version)
 WHERE o.id = c.id
   AND o.claim_version = c.claim_version
-  -- The same fence as the single statements (status processing AND a live lease), written as a
-  -- CASE on purpose: as plain conjuncts it matches <table>_lease_idx's predicate, and with
-  -- stale statistics (ANALYZE taken while nothing was in flight) the planner then scans every
-  -- in-flight row against every pair of the batch, O(in-flight x batch). As a CASE it cannot
-  -- be used as an index predicate, so the primary key is the only access path.
-  AND CASE WHEN o.status = 'processing' THEN o.lease_until > now() ELSE false END
+  -- The same fence as the single statements: status processing and a live lease. No index
+  -- predicate matches these columns, so the primary key is the only access path (an earlier
+  -- schema had a lease index whose predicate did match, and under stale statistics the planner
+  -- scanned every in-flight row against every pair, O(in-flight x batch)).
+  AND o.status = 'processing'
+  AND o.lease_until > now()
 RETURNING o.id

@@ -8,5 +8,6 @@ SET status = 'pending',
     attempts = 0,
     available_at = now(),
     lease_until = NULL,
+    exhausted_at = NULL,
     updated_at = now()
-WHERE event_id = $1 AND status = 'exhausted'
+WHERE event_id = $1 AND exhausted_at IS NOT NULL

@@ -6,15 +6,23 @@
 -- event is scheduled for later, null when nothing is pending). An event waiting for a retry's
 -- backoff counts from when its retry became due.
 --
--- Each count reads its own partial index, so delivered history does not cost a table scan:
--- <table>_pending_idx, <table>_lease_idx, <table>_purge_idx, <table>_exhausted_idx. The age is
--- the first entry of <table>_pending_idx.
-SELECT (SELECT count(*) FROM /* TEMPLATE: table */outbox WHERE status = 'pending')    AS pending,
-       (SELECT count(*) FROM /* TEMPLATE: table */outbox WHERE status = 'processing') AS processing,
-       (SELECT count(*) FROM /* TEMPLATE: table */outbox WHERE status = 'delivered')  AS delivered,
-       (SELECT count(*) FROM /* TEMPLATE: table */outbox WHERE status = 'exhausted')  AS exhausted,
+-- Each count reads a partial index, so delivered history does not cost a table scan: pending and
+-- processing walk <table>_open_idx (and tell the two apart by status), delivered reads
+-- <table>_purge_idx, exhausted <table>_exhausted_idx. The age walks <table>_open_idx in order
+-- to the first pending row.
+WITH open AS (
+    SELECT count(*) FILTER (WHERE status = 'pending')    AS pending,
+           count(*) FILTER (WHERE status = 'processing') AS processing
+    FROM /* TEMPLATE: table */outbox
+    WHERE delivered_at IS NULL AND exhausted_at IS NULL
+)
+SELECT open.pending,
+       open.processing,
+       (SELECT count(*) FROM /* TEMPLATE: table */outbox WHERE delivered_at IS NOT NULL) AS delivered,
+       (SELECT count(*) FROM /* TEMPLATE: table */outbox WHERE exhausted_at IS NOT NULL) AS exhausted,
        (SELECT greatest(extract(epoch FROM now() - available_at), 0)::float8
         FROM /* TEMPLATE: table */outbox
-        WHERE status = 'pending'
+        WHERE delivered_at IS NULL AND exhausted_at IS NULL AND status = 'pending'
         ORDER BY available_at
         LIMIT 1) AS oldest_pending_age_seconds
+FROM open
