@@ -274,10 +274,7 @@ async fn every_statement_uses_its_index_on_a_large_table() {
         .split("--- ")
         .find(|s| s.starts_with("stats"))
         .unwrap();
-    for index in [
-        "outbox_open_idx",
-        "outbox_exhausted_idx",
-    ] {
+    for index in ["outbox_open_idx", "outbox_exhausted_idx"] {
         assert!(
             stats.contains(index),
             "stats should count through {index}:\n{stats}"
