@@ -180,7 +180,7 @@ fn bind_for<'q>(
             .bind(1_000_000_i64)
             .bind(false),
         "recover_expired" => q.bind(1000_i64),
-        "stats" => q,
+        "stats" | "gauges" => q,
         "retry_exhausted" => q.bind(uuid::Uuid::new_v4()),
         "retry_exhausted_of_type" => q.bind("note"),
         "exhausted_events" => q.bind(50_i64),
@@ -206,6 +206,7 @@ fn expected_indexes(name: &str) -> &'static [&'static str] {
         "retry_exhausted_of_type" | "exhausted_events" => &["outbox_exhausted_idx"],
         // Checked below: the delivered count may scan (delivered rows are most of the table).
         "stats" => &[],
+        "gauges" => &["outbox_open_idx"],
         _ => &[],
     }
 }

@@ -140,6 +140,20 @@ pub struct Stats {
     pub oldest_pending_age: Option<Duration>,
 }
 
+/// The queue gauges the maintenance leader publishes: [`Stats`] without the delivered count,
+/// which would scan the retained history on every maintenance interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QueueGauges {
+    /// Rows waiting to be claimed (including those scheduled for later).
+    pub pending: i64,
+    /// Rows claimed by a worker.
+    pub processing: i64,
+    /// Rows that used up their attempts or failed permanently.
+    pub exhausted: i64,
+    /// As [`Stats::oldest_pending_age`].
+    pub oldest_pending_age: Option<Duration>,
+}
+
 /// One exhausted event, as listed by [`Store::exhausted_events`] for an operator.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExhaustedEvent {
@@ -402,6 +416,19 @@ impl Store {
             pending: row.try_get("pending")?,
             processing: row.try_get("processing")?,
             delivered: row.try_get("delivered")?,
+            exhausted: row.try_get("exhausted")?,
+            oldest_pending_age: age.map(|s| Duration::from_secs_f64(s.max(0.0))),
+        })
+    }
+
+    /// The queue gauges: like [`Store::stats`] without counting delivered rows (cheap enough
+    /// to run every few seconds on a table holding a long retention period).
+    pub async fn gauges(&self) -> Result<QueueGauges> {
+        let row = sqlx::query(self.sql.gauges).fetch_one(&self.pool).await?;
+        let age: Option<f64> = row.try_get("oldest_pending_age_seconds")?;
+        Ok(QueueGauges {
+            pending: row.try_get("pending")?,
+            processing: row.try_get("processing")?,
             exhausted: row.try_get("exhausted")?,
             oldest_pending_age: age.map(|s| Duration::from_secs_f64(s.max(0.0))),
         })

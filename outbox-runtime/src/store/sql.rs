@@ -40,6 +40,8 @@ pub(crate) const RELEASE: &str = include_str!("sql/release.sql");
 pub(crate) const RECOVER_EXPIRED: &str = include_str!("sql/recover_expired.sql");
 /// Counts per status and the oldest pending age.
 pub(crate) const STATS: &str = include_str!("sql/stats.sql");
+/// The queue gauges (stats without the delivered count).
+pub(crate) const GAUGES: &str = include_str!("sql/gauges.sql");
 /// Operator retry of one exhausted event.
 pub(crate) const RETRY_EXHAUSTED: &str = include_str!("sql/retry_exhausted.sql");
 /// Operator retry of every exhausted event of a type.
@@ -64,6 +66,7 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("release", RELEASE),
     ("recover_expired", RECOVER_EXPIRED),
     ("stats", STATS),
+    ("gauges", GAUGES),
     ("retry_exhausted", RETRY_EXHAUSTED),
     ("retry_exhausted_of_type", RETRY_EXHAUSTED_OF_TYPE),
     ("exhausted_events", EXHAUSTED_EVENTS),
@@ -123,6 +126,7 @@ pub(crate) struct Statements {
     pub release: &'static str,
     pub recover_expired: &'static str,
     pub stats: &'static str,
+    pub gauges: &'static str,
     pub retry_exhausted: &'static str,
     pub retry_exhausted_of_type: &'static str,
     pub exhausted_events: &'static str,
@@ -150,6 +154,7 @@ impl Statements {
             release: r(RELEASE),
             recover_expired: r(RECOVER_EXPIRED),
             stats: r(STATS),
+            gauges: r(GAUGES),
             retry_exhausted: r(RETRY_EXHAUSTED),
             retry_exhausted_of_type: r(RETRY_EXHAUSTED_OF_TYPE),
             exhausted_events: r(EXHAUSTED_EVENTS),

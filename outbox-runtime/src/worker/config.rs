@@ -72,10 +72,12 @@ pub struct WorkerConfig {
     pub table: String,
     /// Name recorded in `locked_by` and in logs (default `<host>-<pid>-<random>`).
     pub name: String,
-    /// Deliveries running at once (default 16).
+    /// Deliveries running at once (default 64).
     pub concurrency: usize,
-    /// Largest number of events claimed in one statement (default 16). The claimer never claims
-    /// more than the free delivery slots.
+    /// Largest number of events claimed in one statement (default 32). The claimer never claims
+    /// more than the free delivery slots. Half the concurrency, so that a claim can take a
+    /// full batch while the other half is being delivered (at concurrency == batch size the
+    /// claimer wakes at the first free slot and alternates full and tiny claims).
     pub batch_size: usize,
     /// Lease of a claim (default 30 s). A worker that dies loses its events for this long.
     pub lease: Duration,
@@ -100,6 +102,13 @@ pub struct WorkerConfig {
     pub maintenance_batch: i64,
     /// Run the maintenance task at all (default true). Some deployments run it in one place.
     pub maintenance: bool,
+    /// When autovacuum is off for the outbox table (server-wide or by the table's
+    /// `autovacuum_enabled`), the maintenance leader runs `VACUUM` on it once dead row versions
+    /// pass max(10,000, a fifth of the live rows) (default true). Every delivered event leaves
+    /// dead versions behind (its completion and its purge are not heap-only updates), so without
+    /// any vacuum the table grows without bound. Needs a role that owns the table; otherwise the
+    /// leader logs one warning saying what to do. With autovacuum on it does nothing.
+    pub vacuum_without_autovacuum: bool,
     /// Completions written in one statement at most (default 64).
     pub completion_batch: usize,
     /// How long the completer waits to fill a batch (default 5 ms).
@@ -114,8 +123,8 @@ impl WorkerConfig {
         WorkerConfig {
             table: table.to_owned(),
             name: default_worker_name(),
-            concurrency: 16,
-            batch_size: 16,
+            concurrency: 64,
+            batch_size: 32,
             lease: Duration::from_secs(30),
             renewal: true,
             renew_interval: None,
@@ -127,6 +136,7 @@ impl WorkerConfig {
             maintenance_interval: Duration::from_secs(5),
             maintenance_batch: 1000,
             maintenance: true,
+            vacuum_without_autovacuum: true,
             completion_batch: 64,
             completion_flush: Duration::from_millis(5),
             shutdown_deadline: Duration::from_secs(30),

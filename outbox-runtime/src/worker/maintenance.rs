@@ -1,5 +1,6 @@
-//! Recovers expired leases, purges delivered rows past retention, and refreshes the queue
-//! gauges, on one worker per table at a time.
+//! Recovers expired leases, purges delivered rows past retention, refreshes the queue gauges,
+//! and vacuums the table where autovacuum is off ([`super::vacuum`]), on one worker per table at
+//! a time.
 //!
 //! Leadership is a session advisory lock held on a dedicated connection: it is released by
 //! PostgreSQL the moment that connection or its process dies, so another worker takes over on
@@ -15,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use super::events::WorkerEvent;
+use super::vacuum::{VacuumOutcome, vacuum_if_needed};
 use crate::error::Result;
 
 /// Take leadership of one table's maintenance if nobody holds it (the key is derived from the
@@ -41,6 +43,8 @@ pub struct MaintenanceCounts {
     pub exhausted: u64,
     /// Delivered rows deleted.
     pub purged: u64,
+    /// Whether this pass vacuumed the table (only when autovacuum is off for it).
+    pub vacuumed: bool,
 }
 
 pub(crate) struct Maintenance {
@@ -48,6 +52,8 @@ pub(crate) struct Maintenance {
     conn: Option<PgConnection>,
     leader: bool,
     batch: i64,
+    /// Set once the leader found it may not vacuum the table (warned once, not retried).
+    vacuum_refused: bool,
 }
 
 impl Maintenance {
@@ -58,6 +64,7 @@ impl Maintenance {
             conn: None,
             leader: false,
             batch,
+            vacuum_refused: false,
         }
     }
 
@@ -136,14 +143,43 @@ impl Maintenance {
                 }
             }
         }
-        let stats = store.stats().await?;
-        shared.counters.gauges(&stats);
+        if shared.config.vacuum_without_autovacuum && !self.vacuum_refused {
+            counts.vacuumed = self.vacuum().await?;
+        }
+        let gauges = store.gauges().await?;
+        shared.counters.gauges(&gauges);
         shared.hook.emit(|| WorkerEvent::MaintenanceRan {
             requeued: counts.requeued,
             exhausted: counts.exhausted,
             purged: counts.purged,
         });
         Ok(counts)
+    }
+
+    /// Vacuum the table when autovacuum is off for it (on the leader's own connection).
+    async fn vacuum(&mut self) -> Result<bool> {
+        let table = &self.shared.config.table;
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(false);
+        };
+        match vacuum_if_needed(conn, table).await? {
+            VacuumOutcome::NotNeeded => Ok(false),
+            VacuumOutcome::Vacuumed { dead_before } => {
+                tracing::info!(table = %table, dead_before, "autovacuum is off for the outbox table; vacuumed it");
+                Ok(true)
+            }
+            VacuumOutcome::NotAllowed { dead } => {
+                self.vacuum_refused = true;
+                tracing::warn!(
+                    table = %table,
+                    dead,
+                    "autovacuum is off for the outbox table and this role may not vacuum it, so dead rows \
+                     pile up and the table grows: enable autovacuum, run `VACUUM {table}` periodically \
+                     as its owner, or connect the worker as the owner"
+                );
+                Ok(false)
+            }
+        }
     }
 
     fn batch_failed(&mut self) {

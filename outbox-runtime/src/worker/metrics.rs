@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::store::Stats;
+use crate::store::QueueGauges;
 
 /// Events delivered and completed (the completion was accepted).
 pub const DELIVERED_TOTAL: &str = "outbox_delivered_total";
@@ -116,7 +116,7 @@ impl Counters {
     }
 
     /// Publish the queue gauges (called by the maintenance leader).
-    pub(crate) fn gauges(&self, stats: &Stats) {
+    pub(crate) fn gauges(&self, stats: &QueueGauges) {
         let table = self.table.clone();
         metrics::gauge!(PENDING, "table" => table.clone()).set(stats.pending as f64);
         metrics::gauge!(PROCESSING, "table" => table.clone()).set(stats.processing as f64);

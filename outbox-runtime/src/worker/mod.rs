@@ -9,7 +9,8 @@
 //!   renewer: renew_many_if_owned(in-flight) every lease/3   v            v
 //!            lost -> Delivery::lease_lost cancelled      completer    fail_if_owned
 //!                                                 (complete_many_if_owned in batches)
-//!   maintenance (one leader per table, advisory lock): recover_expired, purge_delivered, gauges
+//!   maintenance (one leader per table, advisory lock): recover_expired, purge_delivered, gauges,
+//!                VACUUM where autovacuum is off
 //! ```
 //!
 //! One file per part: [`config`] (knobs and defaults), `claimer.rs`, `executor.rs` (one delivery:
@@ -80,6 +81,7 @@ mod maintenance;
 pub mod metrics;
 mod renewer;
 mod shutdown;
+mod vacuum;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -214,13 +216,13 @@ impl WorkerBuilder {
         self
     }
 
-    /// Deliveries running at once (default 16).
+    /// Deliveries running at once (default 64).
     pub fn concurrency(mut self, n: usize) -> Self {
         self.config.concurrency = n;
         self
     }
 
-    /// Most events claimed per statement (default 16; never more than the free slots).
+    /// Most events claimed per statement (default 32; never more than the free slots).
     pub fn batch_size(mut self, n: usize) -> Self {
         self.config.batch_size = n;
         self
@@ -291,6 +293,13 @@ impl WorkerBuilder {
     /// Rows per maintenance statement (default 1000).
     pub fn maintenance_batch(mut self, rows: i64) -> Self {
         self.config.maintenance_batch = rows;
+        self
+    }
+
+    /// Let the maintenance leader `VACUUM` the outbox table when autovacuum is off for it
+    /// (default true; does nothing while autovacuum runs). See [`WorkerConfig::vacuum_without_autovacuum`].
+    pub fn vacuum_without_autovacuum(mut self, on: bool) -> Self {
+        self.config.vacuum_without_autovacuum = on;
         self
     }
 

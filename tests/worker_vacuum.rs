@@ -1,0 +1,132 @@
+//! The maintenance leader vacuums the outbox table when autovacuum is off for it, and leaves it
+//! alone when told not to. Autovacuum is switched off for the test's table (`autovacuum_enabled
+//! = false`), so the outcome does not depend on the server's own setting.
+
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use outbox_runtime::store::ClaimedEvent;
+use outbox_runtime::testing::TestDatabase;
+use outbox_runtime::worker::Worker;
+use outbox_runtime::{Delivery, HandlerError, Sink};
+use sqlx::PgPool;
+
+/// More than the vacuum threshold (10,000 dead row versions): each delivered and purged event
+/// leaves at least two.
+const EVENTS: i64 = 8_000;
+const WAIT: Duration = Duration::from_secs(90);
+
+/// Accepts everything.
+struct Accept;
+
+impl Sink for Accept {
+    fn deliver<'a>(
+        &'a self,
+        _event: &'a ClaimedEvent,
+        _delivery: &'a Delivery,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+async fn table_without_autovacuum(pool: &PgPool) {
+    sqlx::query("ALTER TABLE outbox SET (autovacuum_enabled = false)")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload)
+         SELECT gen_random_uuid(), 'vacuum-' || g, '\\x00', 'ping', 1, jsonb_build_object('n', g)
+         FROM generate_series(1, $1) AS g",
+    )
+    .bind(EVENTS)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// (vacuum runs, dead row versions) of the outbox table, from the statistics views.
+async fn vacuum_stats(pool: &PgPool) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT vacuum_count, n_dead_tup FROM pg_stat_user_tables WHERE relname = 'outbox'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+async fn rows_left(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM outbox")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn start_worker(pool: &PgPool, vacuum: bool) -> outbox_runtime::worker::WorkerHandle {
+    Worker::builder(pool.clone(), Accept)
+        .concurrency(256)
+        .batch_size(128)
+        .retention(Some(Duration::from_millis(1)))
+        .maintenance_interval(Duration::from_millis(200))
+        .vacuum_without_autovacuum(vacuum)
+        .start()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_vacuums_when_autovacuum_is_off() {
+    let db = TestDatabase::new().await;
+    let pool = db.pool().clone();
+    table_without_autovacuum(&pool).await;
+    let worker = start_worker(&pool, true).await;
+
+    let started = Instant::now();
+    let (vacuums, dead) = loop {
+        let (vacuums, dead) = vacuum_stats(&pool).await;
+        if vacuums >= 1 && rows_left(&pool).await == 0 {
+            break (vacuums, dead);
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "no VACUUM after {WAIT:?}: vacuum_count {vacuums}, n_dead_tup {dead}, rows left {}",
+            rows_left(&pool).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    worker.shutdown().await;
+    println!("vacuumed {vacuums} time(s); {dead} dead row versions left");
+    assert!(vacuums >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_option_dead_rows_pile_up() {
+    let db = TestDatabase::new().await;
+    let pool = db.pool().clone();
+    table_without_autovacuum(&pool).await;
+    let worker = start_worker(&pool, false).await;
+
+    // Wait until everything was delivered and purged and the statistics show the dead rows
+    // that left behind (statistics are flushed by the backends within seconds).
+    let started = Instant::now();
+    let dead = loop {
+        let (_, dead) = vacuum_stats(&pool).await;
+        if rows_left(&pool).await == 0 && dead >= 10_000 {
+            break dead;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "rows left {}, n_dead_tup {dead} after {WAIT:?}",
+            rows_left(&pool).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // A few more maintenance passes: none of them may vacuum.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    worker.shutdown().await;
+    let (vacuums, _) = vacuum_stats(&pool).await;
+    assert_eq!(
+        vacuums, 0,
+        "vacuumed although told not to ({dead} dead rows)"
+    );
+}
