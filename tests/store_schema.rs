@@ -198,7 +198,10 @@ fn expected_indexes(name: &str) -> &'static [&'static str] {
         "claim_batch" | "claim_batch_ordered" => &["outbox_open_idx"],
         "recover_expired" => &["outbox_open_idx"],
         "purge_delivered" => &["outbox_purge_idx"],
-        "existing_by_key" | "enqueue" => &["outbox_event_id_key"],
+        "existing_by_key" => &["outbox_event_id_key"],
+        // An INSERT's plan names no index; its conflict check can only use the unique indexes,
+        // and the test below asserts those are the primary key and event_id's.
+        "enqueue" => &[],
         "complete" | "release" | "renew" | "fail" => &["outbox_pkey"],
         // A batch must be joined by primary key (checked below: never through another index).
         "complete_many" | "renew_many" => &["outbox_pkey"],
@@ -281,6 +284,17 @@ async fn every_statement_uses_its_index_on_a_large_table() {
             "stats should count through {index}:\n{stats}"
         );
     }
+    // The enqueue's conflict check (ON CONFLICT DO NOTHING, no target) uses every unique index:
+    // there must be exactly the primary key and event_id's, so a non-HOT write updates no
+    // second unique index and the key's uniqueness is event_id's.
+    let unique: Vec<String> = sqlx::query_scalar(
+        "SELECT indexrelid::regclass::text FROM pg_index
+         WHERE indrelid = 'outbox'::regclass AND indisunique ORDER BY 1",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(unique, ["outbox_event_id_key", "outbox_pkey"]);
     // The ordered claim checks earlier events through the aggregate index.
     let ordered = report
         .split("--- ")

@@ -139,27 +139,20 @@ pub async fn enqueue_event<E: Event>(
         .fetch_optional(&mut **tx)
         .await?;
 
-    let (existing_id, existing_fingerprint): (Uuid, Vec<u8>) = match row {
-        Some(row) if row.try_get::<bool, _>("inserted")? => return Ok(row.try_get("event_id")?),
-        Some(row) => (
-            row.try_get("event_id")?,
-            row.try_get("payload_fingerprint")?,
-        ),
-        None => {
-            // The conflicting row was committed after our statement's snapshot: read it with a
-            // new one. (Under REPEATABLE READ the insert itself reports a serialization failure
-            // instead, which the caller retries like any other.)
-            let existing: Option<(Uuid, Vec<u8>)> = sqlx::query_as(statements.existing_by_key)
-                .bind(event_id)
-                .fetch_optional(&mut **tx)
-                .await?;
-            match existing {
-                Some(found) => found,
-                // The row vanished between the two statements (purged after delivery); the key
-                // is free again, so write the event as new.
-                None => return Box::pin(enqueue_event(tx, event, operation_key, options)).await,
-            }
-        }
+    if let Some(row) = row {
+        return Ok(row.try_get("event_id")?);
+    }
+    // The key is taken: read the stored event with a new statement, whose snapshot sees it even
+    // when it was committed after the insert began. (Under REPEATABLE READ the insert itself
+    // reports a serialization failure instead, which the caller retries like any other.)
+    let existing: Option<(Uuid, Vec<u8>)> = sqlx::query_as(statements.existing_by_key)
+        .bind(event_id)
+        .fetch_optional(&mut **tx)
+        .await?;
+    let Some((existing_id, existing_fingerprint)) = existing else {
+        // The row vanished between the two statements (purged after delivery, or its
+        // transaction rolled back); the key is free again, so write the event as new.
+        return Box::pin(enqueue_event(tx, event, operation_key, options)).await;
     };
     if existing_fingerprint == fingerprint {
         Ok(existing_id)

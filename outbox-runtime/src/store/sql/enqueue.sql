@@ -8,39 +8,31 @@
 --   $12 delay in microseconds (bigint, 0 = now)
 --   $13 notification channel (text; null = no wake-up)
 --
--- Returns one row: (event_id, inserted, payload_fingerprint). inserted = true: the row is new.
--- inserted = false: the key was already used; the stored fingerprint tells whether it is the
--- same payload. No row at all: the conflicting row was committed by another transaction after
--- this statement's snapshot was taken (READ COMMITTED), so it is invisible here; the caller then
--- reads it with existing_by_key.sql, whose new snapshot sees it.
+-- Returns one row (event_id, notified) when the row is new, and no row when the event id (so
+-- the operation key) is already used: the caller then reads the stored row with
+-- existing_by_key.sql, a second statement whose fresh snapshot also sees a row that another
+-- transaction committed after this statement began. The duplicate path costs a round trip; the
+-- common path is one plain INSERT (an earlier version also looked the existing row up in the
+-- same statement, a CTE with a UNION ALL branch, and paid for it on every enqueue).
 --
 -- ON CONFLICT DO NOTHING: the event id is derived from the operation key, so the unique index on
 -- event_id is the key's uniqueness, and a concurrent insert of the same key waits for the other
 -- transaction and then does nothing: it never raises a unique violation that would abort the
 -- caller's transaction.
 --
--- pg_notify runs only when a row was inserted and a channel is given. PostgreSQL delivers it on
--- commit and folds identical notifications of one transaction into one, so a transaction wakes
--- the workers once however many events it writes, and a rolled-back transaction not at all.
+-- pg_notify runs only when a row was inserted (RETURNING is evaluated per inserted row) and a
+-- channel is given. PostgreSQL delivers it on commit and folds identical notifications of one
+-- transaction into one, so a transaction wakes the workers once however many events it writes,
+-- and a rolled-back transaction not at all.
 --
--- Index: the unique index on event_id (conflict check, lookup).
-WITH inserted AS (
-    INSERT INTO /* TEMPLATE: table */outbox
-        (event_id, operation_key, payload_fingerprint, event_type, event_version,
-         aggregate_type, aggregate_id, aggregate_version, payload, headers, max_attempts,
-         available_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-            now() + $12::bigint * interval '1 microsecond')
-    ON CONFLICT DO NOTHING
-    RETURNING event_id
-),
-wake AS (
-    SELECT pg_notify($13::text, '') FROM inserted WHERE $13::text IS NOT NULL
-)
-SELECT i.event_id, true AS inserted, NULL::bytea AS payload_fingerprint,
-       (SELECT count(*) FROM wake) AS notified
-FROM inserted AS i
-UNION ALL
-SELECT o.event_id, false AS inserted, o.payload_fingerprint, 0 AS notified
-FROM /* TEMPLATE: table */outbox AS o
-WHERE o.event_id = $1 AND NOT EXISTS (SELECT 1 FROM inserted)
+-- Index: the unique index on event_id (conflict check).
+INSERT INTO /* TEMPLATE: table */outbox
+    (event_id, operation_key, payload_fingerprint, event_type, event_version,
+     aggregate_type, aggregate_id, aggregate_version, payload, headers, max_attempts,
+     available_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+        now() + $12::bigint * interval '1 microsecond')
+ON CONFLICT DO NOTHING
+RETURNING event_id,
+          (SELECT count(*) FROM (SELECT pg_notify($13::text, '') WHERE $13::text IS NOT NULL) AS wake)
+              AS notified
