@@ -22,6 +22,13 @@ pub trait Sink: Send + Sync + 'static {
 
     /// Deliver several events in one call to a receiver's batch API. Returns one result per
     /// item, in order: only the items the receiver accepted count as delivered.
+    ///
+    /// A worker calls this instead of [`Sink::deliver`] when [`Sink::max_batch`] is above 1,
+    /// with chunks of at most that many claimed events. Each item's result is applied on its
+    /// own (completed, retried or exhausted). Items without a result (a vector shorter than the
+    /// input) are retried; extra results are ignored. A panic fails every item of the chunk as
+    /// retryable, not permanently: it cannot be pinned on one item, and the attempts charged at
+    /// claim time still bound how often a poison item takes its batch down.
     fn deliver_batch<'a>(
         &'a self,
         items: &'a [(ClaimedEvent, Delivery)],

@@ -89,6 +89,24 @@ impl Claimer {
             .hook
             .emit(|| WorkerEvent::ClaimedBatch(events.iter().map(|e| e.claim()).collect()));
         tracing::debug!(claimed, worker = %shared.config.name, "claimed a batch");
+        let max_batch = shared.sink.max_batch();
+        if max_batch > 1 {
+            // The sink has a batch API: one task per chunk, each holding its items' slots.
+            let mut claimed_events = events.into_iter().zip(permits).peekable();
+            while claimed_events.peek().is_some() {
+                let mut items = Vec::with_capacity(max_batch);
+                let mut slots = Vec::with_capacity(max_batch);
+                for (event, slot) in claimed_events.by_ref().take(max_batch) {
+                    let lease_lost = shared.work_cancel.child_token();
+                    shared.inflight.register(event.claim(), lease_lost.clone());
+                    items.push((event, lease_lost));
+                    slots.push(slot);
+                }
+                self.tasks
+                    .spawn(self.executor.clone().run_batch(items, slots));
+            }
+            return Ok(claimed);
+        }
         for (event, slot) in events.into_iter().zip(permits) {
             let lease_lost = shared.work_cancel.child_token();
             shared.inflight.register(event.claim(), lease_lost.clone());

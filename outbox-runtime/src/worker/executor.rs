@@ -1,6 +1,7 @@
-//! Runs ONE claimed event through the sink: its tracing span, panic catching, and where the
-//! outcome goes (completer on success, `fail_if_owned` on failure, `release_if_owned` when
-//! shutdown came before it started).
+//! Runs claimed events through the sink: ONE event per call ([`Executor::run`]), or a chunk in
+//! one `Sink::deliver_batch` call when the sink has a batch API ([`Executor::run_batch`]). Each
+//! has its tracing span, panic catching, and sends every outcome where it belongs (completer on
+//! success, `fail_if_owned` on failure, `release_if_owned` when shutdown came before it started).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -78,14 +79,7 @@ impl Executor {
             };
             drop(slot);
             match outcome {
-                Outcome::Delivered => {
-                    tracing::debug!("delivered; completion queued");
-                    if self.completions.send(claim).is_err() {
-                        // The completer is gone (only during a forced stop): leave the event to
-                        // lease expiry, and so to another delivery, rather than guess.
-                        shared.inflight.remove(&claim);
-                    }
-                }
+                Outcome::Delivered => self.delivered(claim),
                 Outcome::Failed(error) => self.fail(&event, &error).await,
                 Outcome::Panicked(message) => {
                     shared.counters.panicked();
@@ -103,6 +97,119 @@ impl Executor {
         }
         .instrument(span)
         .await;
+    }
+
+    /// Deliver a chunk of claimed events (at most `Sink::max_batch`) in one
+    /// `Sink::deliver_batch` call; `slots` holds one concurrency permit per event. Each item's
+    /// result is applied on its own: accepted items are completed, refused ones take the fail
+    /// path, and items the sink returned no result for are retried.
+    pub(crate) async fn run_batch(
+        self,
+        items: Vec<(ClaimedEvent, CancellationToken)>,
+        slots: Vec<OwnedSemaphorePermit>,
+    ) {
+        let shared = Arc::clone(&self.shared);
+        if let Some(gate) = &shared.start_gate {
+            let wanted = u32::try_from(items.len()).unwrap_or(u32::MAX);
+            tokio::select! {
+                permit = gate.acquire_many(wanted) => { if let Ok(p) = permit { p.forget() } }
+                () = shared.claim_stop.cancelled() => {}
+            }
+        }
+        if shared.claim_stop.is_cancelled() {
+            drop(slots);
+            for (event, _) in &items {
+                self.release(event.claim()).await;
+            }
+            return;
+        }
+        let batch: Vec<(ClaimedEvent, Delivery)> = items
+            .into_iter()
+            .map(|(event, lease_lost)| {
+                let delivery = Delivery::new(&event, lease_lost);
+                (event, delivery)
+            })
+            .collect();
+        let span = tracing::info_span!(
+            "outbox_delivery_batch",
+            events = batch.len(),
+            worker = %shared.config.name,
+            table = %shared.config.table,
+        );
+        async move {
+            let sink = Arc::clone(&shared.sink);
+            let call = AssertUnwindSafe(async { sink.deliver_batch(&batch).await }).catch_unwind();
+            let outcome = tokio::select! {
+                result = call => result.map_err(|panic| panic_message(panic.as_ref())).map(Some),
+                () = shared.abort.cancelled() => Ok(None),
+            };
+            drop(slots);
+            match outcome {
+                Ok(Some(results)) => self.apply_batch_results(&batch, results).await,
+                Err(message) => {
+                    // A panic cannot be pinned on one item, so no item is failed permanently for
+                    // it: every item is retried with backoff, and the attempts charged at claim
+                    // time bound how often a poison item can take its batch down.
+                    shared.counters.panicked();
+                    tracing::error!(panic = %message, "sink panicked in deliver_batch; retrying every event of the batch");
+                    let error = HandlerError::retry(format!("sink panicked in deliver_batch: {message}"));
+                    for (event, _) in &batch {
+                        shared.hook.emit(|| WorkerEvent::Panicked(event.claim()));
+                        self.fail(event, &error).await;
+                    }
+                }
+                Ok(None) => {
+                    tracing::warn!("shutdown grace ended while a batch was being delivered; handing the events back");
+                    let error = HandlerError::retry_after("worker shut down during delivery", Duration::ZERO);
+                    for (event, _) in &batch {
+                        self.fail(event, &error).await;
+                    }
+                }
+            }
+        }
+        .instrument(span)
+        .await;
+    }
+
+    /// Apply one result per item, in order. A sink that returns too few results leaves the
+    /// rest undecided: they are retried (never completed, never lost).
+    async fn apply_batch_results(
+        &self,
+        batch: &[(ClaimedEvent, Delivery)],
+        results: Vec<Result<(), HandlerError>>,
+    ) {
+        let returned = results.len();
+        if returned != batch.len() {
+            tracing::error!(
+                events = batch.len(),
+                results = returned,
+                "the sink's deliver_batch returned a result count that does not match its input; items without a result are retried, extra results are ignored"
+            );
+        }
+        let mut results = results.into_iter();
+        for (event, _) in batch {
+            match results.next() {
+                Some(Ok(())) => self.delivered(event.claim()),
+                Some(Err(error)) => self.fail(event, &error).await,
+                None => {
+                    let error = HandlerError::retry(format!(
+                        "the sink's deliver_batch returned {returned} results for {} events; this event got none",
+                        batch.len()
+                    ));
+                    self.fail(event, &error).await;
+                }
+            }
+        }
+    }
+
+    /// Queue the completion of a delivered event.
+    fn delivered(&self, claim: Claim) {
+        tracing::debug!(row = claim.id, "delivered; completion queued");
+        if self.completions.send(claim).is_err() {
+            // The completer is gone (only during a forced stop): leave the event to lease
+            // expiry, and so to another delivery, rather than guess.
+            self.shared.inflight.remove(&claim);
+        }
     }
 
     /// Record a failed attempt: retry after the handler's delay or the policy's backoff, or

@@ -1,0 +1,239 @@
+//! A worker whose sink has a batch API (`Sink::max_batch() > 1`) delivers chunks through
+//! `Sink::deliver_batch`, and applies each item's result on its own: accepted items are
+//! delivered, refused ones retried or exhausted, items without a result retried, none lost.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use outbox_runtime::store::ClaimedEvent;
+use outbox_runtime::testing::TestDatabase;
+use outbox_runtime::worker::{RetryPolicy, Worker, WorkerHandle};
+use outbox_runtime::{Delivery, HandlerError, Sink};
+use sqlx::PgPool;
+
+const MAX_BATCH: usize = 10;
+const WAIT: Duration = Duration::from_secs(60);
+
+/// How the test sink answers a batch.
+#[derive(Clone, Copy)]
+enum Answer {
+    /// Every item accepted.
+    AcceptAll,
+    /// Items whose payload number is odd are refused permanently.
+    RefuseOdd,
+    /// The first call returns three results too few; later calls answer every item.
+    ShortOnce,
+}
+
+/// Records every `deliver_batch` call: its size and the payload numbers it carried.
+struct BatchSink {
+    answer: Answer,
+    calls: Mutex<Vec<Vec<i64>>>,
+    shortened: AtomicBool,
+}
+
+impl BatchSink {
+    fn new(answer: Answer) -> Arc<Self> {
+        Arc::new(BatchSink {
+            answer,
+            calls: Mutex::new(Vec::new()),
+            shortened: AtomicBool::new(false),
+        })
+    }
+
+    fn calls(&self) -> Vec<Vec<i64>> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+fn number(event: &ClaimedEvent) -> i64 {
+    event.payload["n"].as_i64().expect("test payloads carry n")
+}
+
+impl Sink for BatchSink {
+    fn deliver<'a>(
+        &'a self,
+        _event: &'a ClaimedEvent,
+        _delivery: &'a Delivery,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async { panic!("a sink with a batch API must be called through deliver_batch") })
+    }
+
+    fn max_batch(&self) -> usize {
+        MAX_BATCH
+    }
+
+    fn deliver_batch<'a>(
+        &'a self,
+        items: &'a [(ClaimedEvent, Delivery)],
+    ) -> BoxFuture<'a, Vec<Result<(), HandlerError>>> {
+        Box::pin(async move {
+            let numbers: Vec<i64> = items.iter().map(|(e, _)| number(e)).collect();
+            self.calls.lock().unwrap().push(numbers.clone());
+            let mut results: Vec<Result<(), HandlerError>> = numbers
+                .iter()
+                .map(|n| match self.answer {
+                    Answer::RefuseOdd if n % 2 == 1 => Err(HandlerError::permanent(format!(
+                        "receiver refused odd item {n}"
+                    ))),
+                    _ => Ok(()),
+                })
+                .collect();
+            if matches!(self.answer, Answer::ShortOnce)
+                && results.len() > 3
+                && !self.shortened.swap(true, Ordering::SeqCst)
+            {
+                results.truncate(results.len() - 3);
+            }
+            results
+        })
+    }
+}
+
+async fn insert_events(pool: &PgPool, n: i64) {
+    sqlx::query(
+        "INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload)
+         SELECT gen_random_uuid(), 'batch-' || g, '\\x00', 'ping', 1, jsonb_build_object('n', g)
+         FROM generate_series(1, $1) AS g",
+    )
+    .bind(n)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+async fn start(pool: &PgPool, sink: Arc<BatchSink>) -> WorkerHandle {
+    Worker::builder(pool.clone(), sink)
+        .concurrency(32)
+        .batch_size(32)
+        .retry(RetryPolicy {
+            base: Duration::from_millis(50),
+            max: Duration::from_millis(200),
+            jitter: true,
+        })
+        .start()
+        .await
+        .unwrap()
+}
+
+/// Wait until no row is pending or processing; returns (payload n -> (status, attempts,
+/// last_error)).
+async fn settled(pool: &PgPool) -> HashMap<i64, (String, i32, Option<String>)> {
+    let started = Instant::now();
+    loop {
+        let open: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM outbox WHERE status IN ('pending', 'processing')",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if open == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "{open} events still open after {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let rows: Vec<(i64, String, i32, Option<String>)> =
+        sqlx::query_as("SELECT (payload->>'n')::bigint, status, attempts, last_error FROM outbox")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    rows.into_iter()
+        .map(|(n, status, attempts, error)| (n, (status, attempts, error)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_delivered_in_chunks_of_at_most_max_batch() {
+    const EVENTS: i64 = 45;
+    let db = TestDatabase::new().await;
+    insert_events(db.pool(), EVENTS).await;
+    let sink = BatchSink::new(Answer::AcceptAll);
+    let worker = start(db.pool(), Arc::clone(&sink)).await;
+    let rows = settled(db.pool()).await;
+    worker.shutdown().await;
+
+    let calls = sink.calls();
+    assert!(
+        calls.iter().all(|c| !c.is_empty() && c.len() <= MAX_BATCH),
+        "chunk sizes {:?}",
+        calls.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    assert!(
+        calls.len() < EVENTS as usize,
+        "{} calls for {EVENTS} events: not batched",
+        calls.len()
+    );
+    let mut seen: Vec<i64> = calls.concat();
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        (1..=EVENTS).collect::<Vec<_>>(),
+        "each event exactly once"
+    );
+    assert_eq!(rows.len(), EVENTS as usize);
+    assert!(
+        rows.values().all(|(status, _, _)| status == "delivered"),
+        "{rows:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_accepted_items_are_delivered_and_refused_ones_keep_the_reason() {
+    const EVENTS: i64 = 30;
+    let db = TestDatabase::new().await;
+    insert_events(db.pool(), EVENTS).await;
+    let sink = BatchSink::new(Answer::RefuseOdd);
+    let worker = start(db.pool(), Arc::clone(&sink)).await;
+    let rows = settled(db.pool()).await;
+    worker.shutdown().await;
+
+    for (n, (status, _, error)) in &rows {
+        if n % 2 == 1 {
+            assert_eq!(status, "exhausted", "odd item {n}");
+            let error = error.as_deref().unwrap_or_default();
+            assert!(
+                error.contains(&format!("refused odd item {n}")),
+                "item {n}: {error}"
+            );
+        } else {
+            assert_eq!(status, "delivered", "even item {n}");
+        }
+    }
+    assert_eq!(rows.len(), EVENTS as usize);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_without_a_result_are_retried_and_none_is_lost() {
+    const EVENTS: i64 = 20;
+    let db = TestDatabase::new().await;
+    insert_events(db.pool(), EVENTS).await;
+    let sink = BatchSink::new(Answer::ShortOnce);
+    let worker = start(db.pool(), Arc::clone(&sink)).await;
+    let rows = settled(db.pool()).await;
+    worker.shutdown().await;
+
+    assert_eq!(rows.len(), EVENTS as usize);
+    assert!(
+        rows.values().all(|(status, _, _)| status == "delivered"),
+        "{rows:?}"
+    );
+    // The first call's last three items got no result: retried once, with the reason kept.
+    let first = &sink.calls()[0];
+    assert!(first.len() > 3, "first chunk {first:?}");
+    for n in &first[first.len() - 3..] {
+        let (_, attempts, error) = &rows[n];
+        assert_eq!(*attempts, 2, "item {n} was retried once");
+        let error = error.as_deref().unwrap_or_default();
+        assert!(error.contains("results for"), "item {n}: {error}");
+    }
+    for n in &first[..first.len() - 3] {
+        assert_eq!(rows[n].1, 1, "item {n} was answered the first time");
+    }
+}
