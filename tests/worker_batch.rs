@@ -237,3 +237,51 @@ async fn items_without_a_result_are_retried_and_none_is_lost() {
         assert_eq!(rows[n].1, 1, "item {n} was answered the first time");
     }
 }
+
+/// A sink whose calls can outlast the lease is refused at start, before anything is claimed.
+#[tokio::test]
+async fn a_publisher_timeout_not_shorter_than_the_lease_is_refused_at_start() {
+    use outbox_runtime::publish::http::{HttpConfig, HttpPublisher};
+    let db = TestDatabase::new().await;
+    insert_events(db.pool(), 1).await;
+    let slow = HttpPublisher::new(
+        "http://127.0.0.1:9/events",
+        HttpConfig {
+            timeout: Duration::from_secs(30),
+            ..HttpConfig::default()
+        },
+    )
+    .unwrap();
+    let error = Worker::builder(db.pool().clone(), slow)
+        .lease(Duration::from_secs(30))
+        .start()
+        .await
+        .expect_err("a 30 s timeout with a 30 s lease must be refused");
+    let message = error.to_string();
+    assert!(
+        message.contains("must be shorter than the worker's lease")
+            && message.contains("HttpConfig::timeout"),
+        "{message}"
+    );
+    let claimed: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE attempts > 0")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(claimed, 0, "nothing was claimed");
+
+    let fast = HttpPublisher::new(
+        "http://127.0.0.1:9/events",
+        HttpConfig {
+            timeout: Duration::from_secs(5),
+            ..HttpConfig::default()
+        },
+    )
+    .unwrap();
+    let worker = Worker::builder(db.pool().clone(), fast)
+        .lease(Duration::from_secs(30))
+        .maintenance(false)
+        .start()
+        .await
+        .expect("a 5 s timeout fits a 30 s lease");
+    worker.shutdown().await;
+}

@@ -266,14 +266,13 @@ pub async fn run(pool: &PgPool, options: &Options) -> Result<Report, BoxError> {
             ..HttpConfig::default()
         },
     )?;
-    http.check_lease(LEASE)?;
+    // Worker::start checks every member's timeout against LEASE (Sink::check_lease).
     let mut sink = FanOut::new().to("http", http);
 
     let nats = connect_nats(&options.nats).await?;
     let mut stream = None;
     let nats_not_used = match &nats {
         Some((url, publisher)) => {
-            publisher.check_lease(LEASE)?;
             let name = format!(
                 "ORDER_SERVICE_{}",
                 publisher

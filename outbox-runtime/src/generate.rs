@@ -29,7 +29,7 @@ mod shape_diff;
 use std::path::Path;
 
 pub use error::{GenerateError, ShapeDrift};
-pub use grants::grants_sql;
+pub use grants::{grants_sql, inbox_grants_sql};
 pub use lock::{ContractLock, LOCK_FILE, LOCK_FORMAT, LockedContract, LockedMigration};
 pub use plan::{CompiledEvent, FolderSnapshot, NewMigration, Plan, RemovedContract, plan};
 pub use registry::{

@@ -15,6 +15,15 @@ pub trait Sink: Send + Sync + 'static {
         delivery: &'a Delivery,
     ) -> BoxFuture<'a, Result<(), HandlerError>>;
 
+    /// Check the sink's own timeouts against the worker's `lease`, at [`crate::worker::Worker::start`]:
+    /// a receiver call that can outlast the lease lets another worker deliver the same event
+    /// while the first call is still running. The default accepts any lease; publishers with
+    /// a request or acknowledgement timeout refuse one that is not shorter than the lease.
+    fn check_lease(&self, lease: std::time::Duration) -> crate::error::Result<()> {
+        let _ = lease;
+        Ok(())
+    }
+
     /// The largest batch [`Sink::deliver_batch`] accepts; 1 (the default) means no batch API.
     fn max_batch(&self) -> usize {
         1
@@ -51,6 +60,10 @@ impl<S: Sink + ?Sized> Sink for std::sync::Arc<S> {
         delivery: &'a Delivery,
     ) -> BoxFuture<'a, Result<(), HandlerError>> {
         (**self).deliver(event, delivery)
+    }
+
+    fn check_lease(&self, lease: std::time::Duration) -> crate::error::Result<()> {
+        (**self).check_lease(lease)
     }
 
     fn max_batch(&self) -> usize {

@@ -80,6 +80,9 @@ pub(crate) enum Command {
         /// Outbox table (repeatable); default: `outbox` and every table the events name.
         #[arg(long = "table")]
         tables: Vec<String>,
+        /// Role a consuming service connects as to use the inbox (repeatable; optional).
+        #[arg(long = "inbox-consumer")]
+        inbox_consumers: Vec<String>,
     },
 }
 

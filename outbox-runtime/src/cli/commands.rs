@@ -95,7 +95,8 @@ pub(crate) async fn execute(cli: Cli, mut cx: Context<'_>) -> Exit {
             enqueuer,
             worker,
             tables,
-        } => grants(&mut cx, &enqueuer, &worker, &tables),
+            inbox_consumers,
+        } => grants(&mut cx, &enqueuer, &worker, &tables, &inbox_consumers),
     };
     match result {
         Ok(exit) => exit,
@@ -427,9 +428,19 @@ async fn purge(
     Ok(Exit::Ok)
 }
 
-fn grants(cx: &mut Context<'_>, enqueuer: &str, worker: &str, tables: &[String]) -> Outcome {
+fn grants(
+    cx: &mut Context<'_>,
+    enqueuer: &str,
+    worker: &str,
+    tables: &[String],
+    inbox_consumers: &[String],
+) -> Outcome {
     let tables = tables_or_default(cx, tables);
     let sql = generate::grants_sql(&tables, enqueuer, worker)?;
     let _ = write!(cx.out, "{sql}");
+    if !inbox_consumers.is_empty() {
+        let consumers: Vec<&str> = inbox_consumers.iter().map(String::as_str).collect();
+        let _ = write!(cx.out, "\n{}", generate::inbox_grants_sql(&consumers)?);
+    }
     Ok(Exit::Ok)
 }

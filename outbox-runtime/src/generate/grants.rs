@@ -9,6 +9,8 @@ use crate::error::{Error, Result};
 const TABLE_GRANTS: &str = include_str!("sql/grants.sql");
 /// Grant on the contract registry (template; `{worker}`).
 const REGISTRY_GRANTS: &str = include_str!("sql/grants_registry.sql");
+/// Grants on the consumer-side inbox (template; `{consumer}`).
+const INBOX_GRANTS: &str = include_str!("sql/grants_inbox.sql");
 
 /// The GRANT statements giving `enqueuer` the right to enqueue into `tables` and `worker` the
 /// right to claim, complete, fail, retry and purge them.
@@ -36,6 +38,18 @@ pub fn grants_sql(tables: &[&str], enqueuer: &str, worker: &str) -> Result<Strin
         sql.push('\n');
     }
     sql.push_str(&REGISTRY_GRANTS.replace("{worker}", worker));
+    Ok(sql)
+}
+
+/// The GRANT statements giving each of `consumers` the right to apply events once through
+/// [`crate::inbox`] (record, check, purge its rows of `outbox_inbox`), and nothing else there.
+pub fn inbox_grants_sql(consumers: &[&str]) -> Result<String> {
+    let mut sql = String::new();
+    for consumer in consumers {
+        validate_role_name(consumer)?;
+        sql.push_str(&INBOX_GRANTS.replace("{consumer}", consumer));
+        sql.push('\n');
+    }
     Ok(sql)
 }
 

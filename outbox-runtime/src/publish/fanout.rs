@@ -56,6 +56,12 @@ impl FanOut {
 }
 
 impl Sink for FanOut {
+    fn check_lease(&self, lease: std::time::Duration) -> crate::error::Result<()> {
+        self.members
+            .iter()
+            .try_for_each(|(_, member)| member.check_lease(lease))
+    }
+
     fn deliver<'a>(
         &'a self,
         event: &'a ClaimedEvent,

@@ -344,6 +344,10 @@ impl HttpPublisher {
 }
 
 impl Sink for HttpPublisher {
+    fn check_lease(&self, lease: Duration) -> Result<()> {
+        HttpPublisher::check_lease(self, lease)
+    }
+
     fn deliver<'a>(
         &'a self,
         event: &'a ClaimedEvent,

@@ -203,6 +203,10 @@ impl NatsPublisher {
 }
 
 impl Sink for NatsPublisher {
+    fn check_lease(&self, lease: Duration) -> Result<()> {
+        NatsPublisher::check_lease(self, lease)
+    }
+
     fn deliver<'a>(
         &'a self,
         event: &'a ClaimedEvent,

@@ -145,6 +145,9 @@ impl Worker {
     /// Tokio runtime. Refuses to start when the database disagrees with the compiled event
     /// contracts ([`crate::generate::verify_database_contracts`]).
     pub async fn start(self) -> Result<WorkerHandle> {
+        // Before anything is claimed: a sink call that can outlast the lease would let a second
+        // worker deliver the same event while the first call still runs.
+        self.sink.check_lease(self.config.lease)?;
         crate::generate::verify_database_contracts(&self.pool).await?;
         let store = if self.config.table == DEFAULT_TABLE {
             Store::new(self.pool.clone())
