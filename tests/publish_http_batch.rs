@@ -201,3 +201,58 @@ async fn deliver_in_batch_mode_sends_a_batch_of_one() {
     );
     assert_eq!(receiver.total_effects().await, 0);
 }
+
+/// Behind a worker, the batch publisher sends chunks of events per request (not one request
+/// per event), and the receiver applies each event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_sends_batches_through_the_batch_publisher() {
+    const EVENTS: usize = 25;
+    let db = TestDatabase::new().await;
+    let receiver = Receiver::start(db.pool(), vec![]).await;
+    let sink = batch_publisher(&receiver.url("/batch"), 10);
+    let mut ids = Vec::new();
+    for _ in 0..EVENTS {
+        ids.push(enqueue(db.pool(), "ok", 10).await.0);
+    }
+    let worker = outbox_runtime::worker::Worker::builder(db.pool().clone(), sink)
+        .lease(LEASE)
+        .start()
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    while receiver.total_effects().await < EVENTS as i64 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "receiver applied {} of {EVENTS}",
+            receiver.total_effects().await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut delivered = 0;
+    while delivered < EVENTS {
+        delivered = 0;
+        for id in &ids {
+            if row(db.pool(), *id).await.status == "delivered" {
+                delivered += 1;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{delivered} rows delivered"
+        );
+    }
+    worker.shutdown().await;
+
+    let requests = receiver.seen();
+    let items: usize = requests.iter().map(|s| s.batch.len()).sum();
+    assert!(
+        requests.len() < EVENTS && requests.iter().all(|s| s.batch.len() <= 10),
+        "{} requests with sizes {:?}",
+        requests.len(),
+        requests.iter().map(|s| s.batch.len()).collect::<Vec<_>>()
+    );
+    assert_eq!(items, EVENTS, "each event sent once");
+    for id in &ids {
+        assert_eq!(receiver.effects(*id).await, 1, "event {id} applied once");
+    }
+}
