@@ -41,6 +41,15 @@ fn table_names_are_validated() {
         Err(Error::Config(_))
     ));
     assert_eq!(notify_channel("orders_outbox"), "orders_outbox");
+    // Reserved words would make every unquoted statement a syntax error at run time.
+    for word in ["order", "user"] {
+        let error = create_table_sql(word).unwrap_err();
+        assert!(
+            matches!(error, Error::ReservedTableName(_)),
+            "{word}: {error}"
+        );
+        assert!(error.to_string().contains("reserved word"), "{error}");
+    }
 }
 
 #[tokio::test]

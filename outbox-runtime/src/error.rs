@@ -45,6 +45,12 @@ pub enum Error {
         "`{0}` is not a valid outbox table name: use 1 to 63 lowercase ASCII letters, digits and underscores, starting with a letter or underscore"
     )]
     InvalidTableName(String),
+    /// The table name is a reserved key word of PostgreSQL.
+    #[error(
+        "`{0}` is a reserved word in PostgreSQL, and the outbox's statements do not quote table names, so every \
+         statement on it would be a syntax error: choose another name, for example `{0}_outbox`"
+    )]
+    ReservedTableName(String),
     /// A configuration value out of range.
     #[error("invalid configuration: {0}")]
     Config(String),

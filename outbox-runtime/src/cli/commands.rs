@@ -42,7 +42,7 @@ impl From<crate::Error> for Failure {
     fn from(e: crate::Error) -> Failure {
         use crate::Error as E;
         let exit = match &e {
-            E::InvalidTableName(_) | E::Config(_) => Exit::Usage,
+            E::InvalidTableName(_) | E::ReservedTableName(_) | E::Config(_) => Exit::Usage,
             E::ContractMismatch(_) => Exit::Failed,
             _ => Exit::Database,
         };

@@ -79,9 +79,117 @@ pub const STATEMENTS: &[(&str, &str)] = &[
 /// collide, so [`render_create_table`] refuses names that leave no room for it.
 const LONGEST_INDEX_SUFFIX: usize = "_aggregate_idx".len();
 
+/// Key words PostgreSQL 15 reserves (the "reserved" and "reserved (can be function or type)"
+/// entries of the SQL Key Words appendix, lowercased): unquoted, none of them can name a table.
+const RESERVED_WORDS: &[&str] = &[
+    "all",
+    "analyse",
+    "analyze",
+    "and",
+    "any",
+    "array",
+    "as",
+    "asc",
+    "asymmetric",
+    "authorization",
+    "binary",
+    "both",
+    "case",
+    "cast",
+    "check",
+    "collate",
+    "collation",
+    "column",
+    "concurrently",
+    "constraint",
+    "create",
+    "cross",
+    "current_catalog",
+    "current_date",
+    "current_role",
+    "current_schema",
+    "current_time",
+    "current_timestamp",
+    "current_user",
+    "default",
+    "deferrable",
+    "desc",
+    "distinct",
+    "do",
+    "else",
+    "end",
+    "except",
+    "false",
+    "fetch",
+    "for",
+    "foreign",
+    "freeze",
+    "from",
+    "full",
+    "grant",
+    "group",
+    "having",
+    "ilike",
+    "in",
+    "initially",
+    "inner",
+    "intersect",
+    "into",
+    "is",
+    "isnull",
+    "join",
+    "lateral",
+    "leading",
+    "left",
+    "like",
+    "limit",
+    "localtime",
+    "localtimestamp",
+    "natural",
+    "not",
+    "notnull",
+    "null",
+    "offset",
+    "on",
+    "only",
+    "or",
+    "order",
+    "outer",
+    "overlaps",
+    "placing",
+    "primary",
+    "references",
+    "returning",
+    "right",
+    "select",
+    "session_user",
+    "similar",
+    "some",
+    "symmetric",
+    "table",
+    "tablesample",
+    "then",
+    "to",
+    "trailing",
+    "true",
+    "union",
+    "unique",
+    "user",
+    "using",
+    "variadic",
+    "verbose",
+    "when",
+    "where",
+    "window",
+    "with",
+];
+
 /// Check that `table` is a safe, unquoted SQL identifier: 1 to 63 characters of
-/// `[a-z_][a-z0-9_]*`.
+/// `[a-z_][a-z0-9_]*`, and not a reserved key word (statements splice it in unquoted).
 pub fn validate_table_name(table: &str) -> Result<()> {
+    if RESERVED_WORDS.contains(&table) {
+        return Err(Error::ReservedTableName(table.to_owned()));
+    }
     let mut chars = table.chars();
     let first_ok = matches!(chars.next(), Some('a'..='z' | '_'));
     let rest_ok = chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'));
@@ -181,6 +289,22 @@ pub(crate) fn statements(table: &str) -> Result<&'static Statements> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reserved_words_are_refused_with_a_suggestion() {
+        for word in ["order", "user", "select", "table", "left"] {
+            let error = validate_table_name(word).unwrap_err();
+            assert!(matches!(error, Error::ReservedTableName(_)), "{word}");
+            assert!(
+                error.to_string().contains(&format!("`{word}_outbox`")),
+                "{error}"
+            );
+        }
+        // Reserved only as whole words: names that contain one are fine.
+        for ok in ["orders", "user_outbox", "order_events"] {
+            assert!(validate_table_name(ok).is_ok(), "{ok}");
+        }
+    }
 
     #[test]
     fn table_names_are_checked() {

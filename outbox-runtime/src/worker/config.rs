@@ -150,7 +150,8 @@ impl WorkerConfig {
 
     /// Reject values that cannot work, saying which knob and what to use instead.
     pub fn validate(&self) -> Result<()> {
-        validate_table_name(&self.table)?;
+        // The store's rule, checked here too so a bad name fails before any I/O.
+        crate::store::validate_table_name(&self.table)?;
         if self.name.trim().is_empty() {
             return Err(Error::Config("worker name must not be empty".into()));
         }
@@ -210,21 +211,6 @@ impl WorkerConfig {
             ));
         }
         self.retry.validate()
-    }
-}
-
-/// The same rule the store applies: 1 to 63 lowercase ASCII letters, digits and underscores,
-/// starting with a letter or underscore (checked here too so a bad name fails before any I/O).
-fn validate_table_name(table: &str) -> Result<()> {
-    let mut chars = table.chars();
-    let first_ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
-    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if first_ok && rest_ok && table.len() <= 63 {
-        Ok(())
-    } else {
-        Err(Error::InvalidTableName(table.to_owned()))
     }
 }
 
