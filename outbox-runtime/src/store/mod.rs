@@ -408,16 +408,19 @@ impl Store {
         Ok(counts)
     }
 
-    /// Counts per status and the age of the oldest pending event.
+    /// Counts per status and the age of the oldest pending event: [`Store::gauges`] plus the
+    /// delivered count, which may scan the retained history (operators, not timers).
     pub async fn stats(&self) -> Result<Stats> {
-        let row = sqlx::query(self.sql.stats).fetch_one(&self.pool).await?;
-        let age: Option<f64> = row.try_get("oldest_pending_age_seconds")?;
+        let gauges = self.gauges().await?;
+        let delivered: i64 = sqlx::query_scalar(self.sql.count_delivered)
+            .fetch_one(&self.pool)
+            .await?;
         Ok(Stats {
-            pending: row.try_get("pending")?,
-            processing: row.try_get("processing")?,
-            delivered: row.try_get("delivered")?,
-            exhausted: row.try_get("exhausted")?,
-            oldest_pending_age: age.map(|s| Duration::from_secs_f64(s.max(0.0))),
+            pending: gauges.pending,
+            processing: gauges.processing,
+            delivered,
+            exhausted: gauges.exhausted,
+            oldest_pending_age: gauges.oldest_pending_age,
         })
     }
 

@@ -38,8 +38,8 @@ pub(crate) const FAIL: &str = include_str!("sql/fail.sql");
 pub(crate) const RELEASE: &str = include_str!("sql/release.sql");
 /// Recovery of expired leases.
 pub(crate) const RECOVER_EXPIRED: &str = include_str!("sql/recover_expired.sql");
-/// Counts per status and the oldest pending age.
-pub(crate) const STATS: &str = include_str!("sql/stats.sql");
+/// The delivered rows still kept (operators only).
+pub(crate) const COUNT_DELIVERED: &str = include_str!("sql/count_delivered.sql");
 /// The queue gauges (stats without the delivered count).
 pub(crate) const GAUGES: &str = include_str!("sql/gauges.sql");
 /// Operator retry of one exhausted event.
@@ -65,7 +65,7 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("fail", FAIL),
     ("release", RELEASE),
     ("recover_expired", RECOVER_EXPIRED),
-    ("stats", STATS),
+    ("count_delivered", COUNT_DELIVERED),
     ("gauges", GAUGES),
     ("retry_exhausted", RETRY_EXHAUSTED),
     ("retry_exhausted_of_type", RETRY_EXHAUSTED_OF_TYPE),
@@ -233,7 +233,7 @@ pub(crate) struct Statements {
     pub fail: &'static str,
     pub release: &'static str,
     pub recover_expired: &'static str,
-    pub stats: &'static str,
+    pub count_delivered: &'static str,
     pub gauges: &'static str,
     pub retry_exhausted: &'static str,
     pub retry_exhausted_of_type: &'static str,
@@ -261,7 +261,7 @@ impl Statements {
             fail: r(FAIL),
             release: r(RELEASE),
             recover_expired: r(RECOVER_EXPIRED),
-            stats: r(STATS),
+            count_delivered: r(COUNT_DELIVERED),
             gauges: r(GAUGES),
             retry_exhausted: r(RETRY_EXHAUSTED),
             retry_exhausted_of_type: r(RETRY_EXHAUSTED_OF_TYPE),

@@ -2,10 +2,13 @@
 -- rows and the age of the oldest ready pending event (database clock).
 --
 -- No parameters. Returns one row: (pending, processing, exhausted, oldest_pending_age_seconds
--- float8), with the meaning of stats.sql. Unlike stats.sql it does not count delivered rows:
--- those are most of the table (the whole retention period), and counting them every few seconds
--- would scan it.
--- Indexes: <table>_open_idx (counts and age), <table>_exhausted_idx.
+-- float8). The age is now() - the smallest available_at of the pending rows: how long the oldest
+-- pending event has been ready to claim (0 when every pending event is scheduled for later, null
+-- when nothing is pending). An event waiting for a retry's backoff counts from when its retry
+-- became due. Delivered rows are not counted here (count_delivered.sql, for operators): they are
+-- most of the table, and counting them every few seconds would scan the retained history.
+-- Indexes: <table>_open_idx (pending and processing, told apart by status; the age walks it in
+-- order to the first pending row), <table>_exhausted_idx.
 WITH open AS (
     SELECT count(*) FILTER (WHERE status = 'pending')    AS pending,
            count(*) FILTER (WHERE status = 'processing') AS processing
