@@ -225,6 +225,78 @@ async fn renewal_extends_a_live_lease_and_batches_report_only_the_lost_claims() 
 }
 
 #[tokio::test]
+async fn completing_by_deleting_is_fenced_like_marking_delivered() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    enqueue_notes(db.pool(), "delete", 4).await;
+    let claimed = store
+        .claim_batch("w", 4, Duration::from_secs(30), false)
+        .await
+        .unwrap();
+    let claims: Vec<_> = claimed.iter().map(|e| e.claim()).collect();
+
+    // A claim from an older claim_version, and one whose lease ran out and was recovered:
+    // neither may delete its row.
+    let stale = outbox_runtime::store::Claim {
+        id: claims[1].id,
+        claim_version: claims[1].claim_version - 1,
+    };
+    sqlx::query("UPDATE outbox SET lease_until = now() - interval '1 second' WHERE id = $1")
+        .bind(claims[3].id)
+        .execute(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.recover_expired(100).await.unwrap(),
+        RecoveryCounts {
+            requeued: 1,
+            exhausted: 0
+        }
+    );
+
+    let lost = store
+        .complete_many_by_deleting_if_owned(&[claims[0], stale, claims[2], claims[3]])
+        .await
+        .unwrap();
+    assert_eq!(lost, vec![stale, claims[3]]);
+    let left: Vec<(i64, String)> = all_rows(db.pool())
+        .await
+        .into_iter()
+        .map(|r| (r.id, r.status))
+        .collect();
+    assert_eq!(
+        left,
+        [
+            (claims[1].id, "processing".to_owned()),
+            (claims[3].id, "pending".to_owned())
+        ],
+        "only the owned claims were deleted; the stale and the recovered rows are untouched"
+    );
+    // The live claim of row 1 can still complete (by deleting), exactly once.
+    assert!(
+        store
+            .complete_many_by_deleting_if_owned(&[claims[1]])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .complete_many_by_deleting_if_owned(&[claims[1]])
+            .await
+            .unwrap(),
+        vec![claims[1]]
+    );
+    assert!(
+        store
+            .complete_many_by_deleting_if_owned(&[])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
 async fn handler_failures_retry_with_backoff_then_exhaust_and_are_never_claimed_again() {
     let db = TestDatabase::new().await;
     let store = Store::new(db.pool().clone());

@@ -52,3 +52,40 @@ async fn delivers_every_event_once_and_marks_it_delivered() {
     assert_eq!(c.delivered, 200);
     assert_eq!(c.stale_completions, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retention_of_zero_deletes_each_row_as_its_delivery_completes() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    enqueue_jobs(&pool, 0, 300, true).await;
+    let event_ids: std::collections::HashSet<uuid::Uuid> =
+        rows(&pool).await.iter().map(|r| r.event_id).collect();
+    assert_eq!(event_ids.len(), 300);
+
+    let worker = Worker::builder(
+        pool.clone(),
+        Receiver::new(pool.clone(), "w1", Knobs::default()),
+    )
+    .name("w1")
+    .concurrency(16)
+    .batch_size(8)
+    .retention(Some(Duration::ZERO))
+    .start()
+    .await
+    .unwrap();
+    wait_until(WAIT, "all 300 rows are gone", || async {
+        rows(&pool).await.is_empty()
+    })
+    .await;
+    worker.shutdown().await;
+
+    // Gone from the table, and every one of them reached the receiver exactly once.
+    let log = received(&pool).await;
+    assert_eq!(log.len(), 300, "the receiver saw each event exactly once");
+    let seen: std::collections::HashSet<uuid::Uuid> = log.iter().map(|r| r.event_id).collect();
+    assert_eq!(seen, event_ids);
+    assert_eq!(effects(&pool).await, 300);
+    let c = worker.counters();
+    assert_eq!(c.delivered, 300);
+    assert_eq!(c.stale_completions, 0);
+}

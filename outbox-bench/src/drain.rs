@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox_runtime::Event;
+use outbox_runtime::store::DEFAULT_TABLE;
 use outbox_runtime::store::EnqueueOptions;
-use outbox_runtime::worker::{Worker, WorkerHandle};
+use outbox_runtime::worker::{Worker, WorkerConfig, WorkerHandle};
 
 use crate::BenchResult;
 use crate::ceiling::{self, Completion};
@@ -32,26 +33,44 @@ pub struct DrainSetting {
     pub batch_size: usize,
     /// Completions per statement.
     pub completion_batch: usize,
+    /// Complete by deleting the rows (a retention of zero) instead of marking them delivered.
+    pub delete_on_completion: bool,
 }
 
 impl DrainSetting {
     /// The builder's defaults, one worker.
     pub fn defaults() -> Self {
-        let config =
-            outbox_runtime::worker::WorkerConfig::new(outbox_runtime::store::DEFAULT_TABLE);
+        let config = WorkerConfig::new(DEFAULT_TABLE);
         DrainSetting {
             workers: 1,
             concurrency: config.concurrency,
             batch_size: config.batch_size,
             completion_batch: config.completion_batch,
+            delete_on_completion: false,
+        }
+    }
+
+    /// The same setting, completing by deleting the rows.
+    pub fn deleting(self) -> Self {
+        DrainSetting {
+            delete_on_completion: true,
+            ..self
         }
     }
 
     /// How the table shows this setting.
     pub fn label(&self) -> String {
         format!(
-            "workers={} concurrency={} batch={} completion_batch={}",
-            self.workers, self.concurrency, self.batch_size, self.completion_batch
+            "workers={} concurrency={} batch={} completion_batch={}{}",
+            self.workers,
+            self.concurrency,
+            self.batch_size,
+            self.completion_batch,
+            if self.delete_on_completion {
+                " delete"
+            } else {
+                ""
+            }
         )
     }
 
@@ -62,12 +81,19 @@ impl DrainSetting {
         sink: &Arc<CountingSink>,
     ) -> BenchResult<Vec<WorkerHandle>> {
         let mut handles = Vec::with_capacity(self.workers);
+        // Retention zero deletes each row in its completion; otherwise the default retention
+        // keeps the delivered rows (nothing is purged within a drain).
+        let retention = self
+            .delete_on_completion
+            .then_some(Duration::ZERO)
+            .or(WorkerConfig::new(DEFAULT_TABLE).retention);
         for _ in 0..self.workers {
             let handle = Worker::builder(db.pool().clone(), Arc::clone(sink))
                 .concurrency(self.concurrency)
                 .batch_size(self.batch_size)
                 .completion_batch(self.completion_batch, Duration::from_millis(5))
                 .lease(Duration::from_secs(30))
+                .retention(retention)
                 .start()
                 .await?;
             handles.push(handle);
@@ -199,6 +225,7 @@ pub fn sweep_grid() -> Vec<DrainSetting> {
                 concurrency,
                 batch_size,
                 completion_batch: batch_size,
+                delete_on_completion: false,
             });
         }
     }

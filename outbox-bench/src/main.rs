@@ -71,6 +71,7 @@ async fn run(args: &Args) -> BenchResult<()> {
         concurrency: args.concurrency,
         batch_size: args.batch_size,
         completion_batch: args.completion_batch,
+        delete_on_completion: false,
     };
     let pool_size = u32::try_from(args.workers.max(2) * 6 + args.clients + 8).unwrap_or(64);
     let db = BenchDb::recreate(pool_size).await?;
@@ -176,6 +177,7 @@ async fn measure_drains(
     if args.wants(Workload::Drain) {
         settings.push(DrainSetting::defaults());
         settings.push(tuned);
+        settings.push(tuned.deleting());
         if args.sweep {
             settings.extend(drain::sweep_grid().into_iter().filter(|s| *s != tuned));
         }
@@ -237,6 +239,7 @@ async fn measure_drains(
         let name = match i {
             0 => "defaults",
             1 => "tuned",
+            2 => "tuned, retention 0",
             _ => "sweep",
         };
         let mut notes = runs_note(rates);

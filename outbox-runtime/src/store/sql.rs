@@ -28,6 +28,8 @@ pub(crate) const CLAIM_BATCH_ORDERED: &str = include_str!("sql/claim_batch_order
 pub(crate) const COMPLETE: &str = include_str!("sql/complete.sql");
 /// Fenced completion of many claims.
 pub(crate) const COMPLETE_MANY: &str = include_str!("sql/complete_many.sql");
+/// Fenced completion of many claims that deletes the rows (retention zero).
+pub(crate) const COMPLETE_MANY_DELETE: &str = include_str!("sql/complete_many_delete.sql");
 /// Fenced lease renewal of one claim.
 pub(crate) const RENEW: &str = include_str!("sql/renew.sql");
 /// Fenced lease renewal of many claims.
@@ -60,6 +62,7 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("claim_batch_ordered", CLAIM_BATCH_ORDERED),
     ("complete", COMPLETE),
     ("complete_many", COMPLETE_MANY),
+    ("complete_many_delete", COMPLETE_MANY_DELETE),
     ("renew", RENEW),
     ("renew_many", RENEW_MANY),
     ("fail", FAIL),
@@ -228,6 +231,7 @@ pub(crate) struct Statements {
     pub claim_batch_ordered: &'static str,
     pub complete: &'static str,
     pub complete_many: &'static str,
+    pub complete_many_delete: &'static str,
     pub renew: &'static str,
     pub renew_many: &'static str,
     pub fail: &'static str,
@@ -256,6 +260,7 @@ impl Statements {
             claim_batch_ordered: r(CLAIM_BATCH_ORDERED),
             complete: r(COMPLETE),
             complete_many: r(COMPLETE_MANY),
+            complete_many_delete: r(COMPLETE_MANY_DELETE),
             renew: r(RENEW),
             renew_many: r(RENEW_MANY),
             fail: r(FAIL),

@@ -1,6 +1,7 @@
 //! Writes successful deliveries back in batches: collects completed claims for a few
 //! milliseconds (or until the batch is full) and completes them with one fenced statement.
 //! Claims the database rejects were lost before the completion arrived: counted as stale.
+//! With a retention of zero the completion deletes the rows instead of marking them delivered.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,7 +62,15 @@ impl Completer {
         let claims = std::mem::take(batch);
         let mut delay = Duration::from_millis(50);
         for attempt in 1..=WRITE_ATTEMPTS {
-            match shared.store.complete_many_if_owned(&claims).await {
+            let written = if shared.config.deletes_on_completion() {
+                shared
+                    .store
+                    .complete_many_by_deleting_if_owned(&claims)
+                    .await
+            } else {
+                shared.store.complete_many_if_owned(&claims).await
+            };
+            match written {
                 Ok(lost) => {
                     let completed: Vec<Claim> = claims
                         .iter()

@@ -95,6 +95,15 @@ pub struct WorkerConfig {
     /// Deliver the events of one aggregate one at a time, in aggregate order (default false).
     pub ordered: bool,
     /// Delete delivered events older than this (default 7 days); `None` keeps them.
+    ///
+    /// `Some(Duration::ZERO)` keeps no delivered history: the completion statement deletes
+    /// each delivered row itself (fenced like every completion), which is the cheapest way to
+    /// finish an event (a delete writes no index entry; marking a row delivered writes one in
+    /// every index, and the purge deletes it later anyway). The trade-off: a row's event id,
+    /// and so its operation key, is free again once the event is delivered, so a business
+    /// command retried after delivery enqueues a new event (with the same event id, which
+    /// receivers that deduplicate on it still drop). With a retention above zero the key
+    /// deduplicates retries for that long.
     pub retention: Option<Duration>,
     /// How often the maintenance leader recovers expired leases and purges (default 5 s).
     pub maintenance_interval: Duration,
@@ -143,6 +152,11 @@ impl WorkerConfig {
         }
     }
 
+    /// Whether completions delete the delivered rows (a retention of zero).
+    pub fn deletes_on_completion(&self) -> bool {
+        self.retention == Some(Duration::ZERO)
+    }
+
     /// The effective renewal interval.
     pub fn renew_every(&self) -> Duration {
         self.renew_interval.unwrap_or(self.lease / 3)
@@ -157,12 +171,12 @@ impl WorkerConfig {
         }
         if self.concurrency == 0 {
             return Err(Error::Config(
-                "concurrency must be at least 1; the default is 16".into(),
+                "concurrency must be at least 1; the default is 64".into(),
             ));
         }
         if self.batch_size == 0 {
             return Err(Error::Config(
-                "batch_size must be at least 1; the default is 16".into(),
+                "batch_size must be at least 1; the default is 32".into(),
             ));
         }
         if self.lease < Duration::from_millis(200) {
@@ -202,12 +216,6 @@ impl WorkerConfig {
         if self.completion_batch == 0 {
             return Err(Error::Config(
                 "completion_batch must be at least 1; the default is 64".into(),
-            ));
-        }
-        if self.retention.is_some_and(|r| r.is_zero()) {
-            return Err(Error::Config(
-                "retention of zero would purge events as they are delivered; use None to keep them, or a positive duration"
-                    .into(),
             ));
         }
         self.retry.validate()
