@@ -155,20 +155,27 @@ fn bind_for<'q>(
     q: Query<'q, sqlx::Postgres, PgArguments>,
 ) -> Query<'q, sqlx::Postgres, PgArguments> {
     match name {
-        "enqueue" => q
-            .bind(uuid::Uuid::new_v4())
-            .bind("explain-key")
-            .bind(vec![0_u8; 32])
-            .bind("note")
-            .bind(1_i32)
-            .bind(None::<String>)
-            .bind(None::<String>)
-            .bind(None::<i64>)
-            .bind(serde_json::json!({"text": "x"}))
-            .bind(serde_json::json!({}))
-            .bind(10_i32)
-            .bind(0_i64)
-            .bind(Some("outbox")),
+        "enqueue" | "enqueue_notify" => {
+            let q = q
+                .bind(uuid::Uuid::new_v4())
+                .bind("explain-key")
+                .bind(vec![0_u8; 32])
+                .bind("note")
+                .bind(1_i32)
+                .bind(None::<String>)
+                .bind(None::<String>)
+                .bind(None::<i64>)
+                .bind(serde_json::json!({"text": "x"}))
+                .bind(serde_json::json!({}))
+                .bind(10_i32)
+                .bind(0_i64);
+            if name == "enqueue_notify" {
+                q.bind("outbox")
+            } else {
+                q
+            }
+        }
+        "wake" => q.bind("outbox"),
         "existing_by_key" => q.bind(uuid::Uuid::new_v4()),
         "claim_batch" | "claim_batch_ordered" => {
             q.bind(100_i64).bind(30_000_000_i64).bind("explain")
@@ -210,7 +217,7 @@ fn expected_indexes(name: &str) -> &'static [&'static str] {
         "existing_by_key" => &["outbox_event_id_key"],
         // An INSERT's plan names no index; its conflict check can only use the unique indexes,
         // and the test below asserts those are the primary key and event_id's.
-        "enqueue" => &[],
+        "enqueue" | "enqueue_notify" => &[],
         "complete" | "release" | "renew" | "fail" => &["outbox_pkey"],
         // A batch must be joined by primary key (checked below: never through another index).
         "complete_many" | "complete_many_delete" | "renew_many" => &["outbox_pkey"],

@@ -11,6 +11,7 @@ use std::time::Instant;
 use outbox_runtime::Event;
 use outbox_runtime::store::EnqueueOptions;
 use outbox_runtime::store::enqueue::{event_id_for, payload_fingerprint};
+use outbox_runtime::waker::Waker;
 use sqlx::types::Json;
 use sqlx::{PgPool, Postgres, Transaction};
 
@@ -34,6 +35,9 @@ pub enum Variant {
     TypedNotify,
     /// `OrderPaid::enqueue_with` with `notify: false`.
     TypedQuiet,
+    /// `notify: false`, and a `Waker` woken after each commit (one coalesced NOTIFY at a time
+    /// on a connection of its own).
+    TypedWaker,
     /// A hand-written INSERT of the same outbox row.
     RawSameRow,
     /// The ceiling's minimal insert (payload only).
@@ -42,10 +46,11 @@ pub enum Variant {
 
 impl Variant {
     /// Every variant, in the order they run.
-    pub const ALL: [Variant; 5] = [
+    pub const ALL: [Variant; 6] = [
         Variant::Baseline,
         Variant::TypedNotify,
         Variant::TypedQuiet,
+        Variant::TypedWaker,
         Variant::RawSameRow,
         Variant::CeilingInsert,
     ];
@@ -56,6 +61,7 @@ impl Variant {
             Variant::Baseline => "baseline (UPDATE only)",
             Variant::TypedNotify => "typed enqueue, notify",
             Variant::TypedQuiet => "typed enqueue, no notify",
+            Variant::TypedWaker => "typed enqueue, Waker after commit",
             Variant::RawSameRow => "raw INSERT of the same row",
             Variant::CeilingInsert => "ceiling INSERT (payload only)",
         }
@@ -76,11 +82,8 @@ impl Variant {
                     .enqueue_with(tx, &key, &EnqueueOptions::default())
                     .await?;
             }
-            Variant::TypedQuiet => {
-                let quiet = EnqueueOptions {
-                    notify: false,
-                    ..Default::default()
-                };
+            Variant::TypedQuiet | Variant::TypedWaker => {
+                let quiet = EnqueueOptions::without_notify();
                 shape.event(id).enqueue_with(tx, &key, &quiet).await?;
             }
             Variant::RawSameRow => {
@@ -124,12 +127,17 @@ pub async fn run(
     db.recreate_orders(n).await?;
     db.settle().await?;
     let pool = db.extra_pool(u32::try_from(clients).unwrap_or(4)).await?;
+    // The waker sends its notifications on a connection of the benchmark's main pool.
+    let waker = match variant {
+        Variant::TypedWaker => Some(Waker::new(db.pool().clone(), OrderPaid::TABLE)?),
+        _ => None,
+    };
     let started = Instant::now();
     let mut joins = Vec::with_capacity(clients);
     for client in 0..clients {
-        let (pool, shape) = (pool.clone(), shape.clone());
+        let (pool, shape, waker) = (pool.clone(), shape.clone(), waker.clone());
         joins.push(tokio::spawn(async move {
-            client_loop(pool, variant, client, clients, n, shape).await
+            client_loop(pool, variant, client, clients, n, shape, waker).await
         }));
     }
     for join in joins {
@@ -159,6 +167,7 @@ async fn client_loop(
     clients: usize,
     n: i64,
     shape: PayloadShape,
+    waker: Option<Waker>,
 ) -> BenchResult<()> {
     for id in (client as i64 + 1..=n).step_by(clients) {
         let mut tx = pool.begin().await?;
@@ -168,6 +177,9 @@ async fn client_loop(
             .await?;
         variant.write(&mut tx, id, &shape).await?;
         tx.commit().await?;
+        if let Some(waker) = &waker {
+            waker.wake();
+        }
     }
     Ok(())
 }

@@ -10,6 +10,7 @@
 //! - [`event`] and [`contract`]: what an event type is, its versions and its payload shape.
 //! - [`delivery`] and [`dispatcher`]: routing a claimed row to the handler of its current type.
 //! - [`worker`]: claimer, renewer, completer, maintenance and listener, supervised together.
+//! - [`waker`]: wake-ups sent after commit, for services that enqueue at high rates.
 //! - [`migrate()`]: the embedded base schema.
 #![warn(missing_docs)]
 
@@ -27,6 +28,7 @@ pub mod migrate;
 pub mod publish;
 pub mod sink;
 pub mod store;
+pub mod waker;
 pub mod worker;
 
 #[cfg(feature = "testing")]

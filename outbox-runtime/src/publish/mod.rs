@@ -46,7 +46,9 @@ pub use fanout::FanOut;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::delivery::{Delivery, HandlerError};
+use crate::delivery::Delivery;
+#[cfg(any(feature = "nats", feature = "http"))]
+use crate::delivery::HandlerError;
 use crate::store::ClaimedEvent;
 
 /// Header carrying the stable idempotency key (the event id) on HTTP requests.
@@ -214,6 +216,7 @@ fn is_forwardable_value(value: &str) -> bool {
 /// shutdown's deadline passed): then another worker may deliver the event, and this attempt's
 /// outcome could not be recorded anyway, so the request or publish is abandoned. A lease lost
 /// before sending sends nothing.
+#[cfg(any(feature = "nats", feature = "http"))]
 pub(crate) async fn unless_lease_lost(
     delivery: &Delivery,
     send: impl std::future::Future<Output = Result<(), HandlerError>>,
@@ -230,6 +233,7 @@ pub(crate) async fn unless_lease_lost(
 
 /// Cut `bytes` to at most `limit` bytes of (lossy) UTF-8, saying so when something was cut.
 /// Used to keep a receiver's error body as a failure reason without storing megabytes.
+#[cfg(any(feature = "nats", feature = "http"))]
 pub(crate) fn bounded_text(bytes: &[u8], limit: usize, truncated: bool) -> String {
     let mut text = String::from_utf8_lossy(&bytes[..bytes.len().min(limit)]).into_owned();
     // A cut in the middle of a multi-byte character shows up as U+FFFD at the end; drop it.
@@ -274,6 +278,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(any(feature = "nats", feature = "http"))]
     fn bounded_text_cuts_on_a_character_boundary() {
         let body = "é".repeat(10); // 20 bytes
         assert_eq!(bounded_text(body.as_bytes(), 5, false), "éé [truncated]");

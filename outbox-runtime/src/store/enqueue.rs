@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 use sqlx::types::Json;
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
@@ -24,8 +24,10 @@ pub const EVENT_ID_NAMESPACE: Uuid = Uuid::from_u128(0x6f1c_2a9e_5b3d_4c8f_9e07_
 /// Options of one enqueue.
 #[derive(Debug, Clone)]
 pub struct EnqueueOptions {
-    /// Send a wake-up notification on commit (default true). NOTIFY serialises committing
-    /// transactions; services that enqueue at very high rates and poll can switch it off.
+    /// Send a wake-up notification on commit (default true). A notifying commit holds a
+    /// database-wide lock until it is flushed, so notifying transactions commit one at a time;
+    /// services that enqueue at high rates switch it off and wake the workers after commit with
+    /// a [`Waker`](crate::waker::Waker), or rely on polling.
     pub notify: bool,
     /// Largest serialized payload accepted, in bytes (default 256 KiB).
     pub max_payload_bytes: usize,
@@ -35,6 +37,17 @@ pub struct EnqueueOptions {
     pub headers: Option<serde_json::Value>,
     /// Make the event claimable only this long after the database's `now()` (default zero).
     pub delay: Duration,
+}
+
+impl EnqueueOptions {
+    /// The defaults without the in-transaction wake-up: the workers find the event by polling,
+    /// or by a [`Waker`](crate::waker::Waker) the service calls after commit.
+    pub fn without_notify() -> Self {
+        EnqueueOptions {
+            notify: false,
+            ..EnqueueOptions::default()
+        }
+    }
 }
 
 impl Default for EnqueueOptions {
@@ -120,9 +133,12 @@ pub async fn enqueue_event<E: Event>(
         .headers
         .clone()
         .unwrap_or_else(|| serde_json::json!({}));
-    let channel = options.notify.then(|| super::notify_channel(E::TABLE));
-
-    let row = sqlx::query(statements.enqueue)
+    let statement = if options.notify {
+        statements.enqueue_notify
+    } else {
+        statements.enqueue
+    };
+    let query = sqlx::query(statement)
         .bind(event_id)
         .bind(operation_key)
         .bind(&fingerprint[..])
@@ -134,13 +150,14 @@ pub async fn enqueue_event<E: Event>(
         .bind(Json(&payload))
         .bind(Json(&headers))
         .bind(max_attempts)
-        .bind(super::micros(options.delay))
-        .bind(channel)
-        .fetch_optional(&mut **tx)
-        .await?;
-
-    if let Some(row) = row {
-        return Ok(row.try_get("event_id")?);
+        .bind(super::micros(options.delay));
+    let query = if options.notify {
+        query.bind(super::notify_channel(E::TABLE))
+    } else {
+        query
+    };
+    if query.execute(&mut **tx).await?.rows_affected() == 1 {
+        return Ok(event_id);
     }
     // The key is taken: read the stored event with a new statement, whose snapshot sees it even
     // when it was committed after the insert began. (Under REPEATABLE READ the insert itself

@@ -18,6 +18,10 @@ pub const TABLE_PLACEHOLDER: &str = "/* TEMPLATE: table */outbox";
 pub(crate) const CREATE_TABLE: &str = include_str!("sql/create_table.sql");
 /// Transactional write of one event.
 pub(crate) const ENQUEUE: &str = include_str!("sql/enqueue.sql");
+/// Transactional write of one event with a wake-up notification on commit.
+pub(crate) const ENQUEUE_NOTIFY: &str = include_str!("sql/enqueue_notify.sql");
+/// A wake-up notification on its own, after commit (see `waker::Waker`).
+pub(crate) const WAKE: &str = include_str!("sql/wake.sql");
 /// Enqueue fallback: the event stored under a key, with a fresh snapshot.
 pub(crate) const EXISTING_BY_KEY: &str = include_str!("sql/existing_by_key.sql");
 /// Claim a batch.
@@ -57,6 +61,8 @@ pub(crate) const PURGE_DELIVERED: &str = include_str!("sql/purge_delivered.sql")
 /// render one with `template.replace(TABLE_PLACEHOLDER, table)`).
 pub const STATEMENTS: &[(&str, &str)] = &[
     ("enqueue", ENQUEUE),
+    ("enqueue_notify", ENQUEUE_NOTIFY),
+    ("wake", WAKE),
     ("existing_by_key", EXISTING_BY_KEY),
     ("claim_batch", CLAIM_BATCH),
     ("claim_batch_ordered", CLAIM_BATCH_ORDERED),
@@ -226,6 +232,8 @@ pub(crate) fn render_create_table(table: &str) -> Result<String> {
 #[derive(Debug)]
 pub(crate) struct Statements {
     pub enqueue: &'static str,
+    pub enqueue_notify: &'static str,
+    pub wake: &'static str,
     pub existing_by_key: &'static str,
     pub claim_batch: &'static str,
     pub claim_batch_ordered: &'static str,
@@ -255,6 +263,8 @@ impl Statements {
         };
         Statements {
             enqueue: r(ENQUEUE),
+            enqueue_notify: r(ENQUEUE_NOTIFY),
+            wake: r(WAKE),
             existing_by_key: r(EXISTING_BY_KEY),
             claim_batch: r(CLAIM_BATCH),
             claim_batch_ordered: r(CLAIM_BATCH_ORDERED),

@@ -1,0 +1,122 @@
+//! Wake-ups sent after commit by a `Waker`: a burst of `wake` calls folds into few
+//! notifications, each sent after the call that asked for it, and a worker that polls rarely
+//! delivers events enqueued without the in-transaction NOTIFY as soon as the service wakes it.
+
+mod worker_support;
+
+use std::time::Duration;
+
+use outbox_runtime::Event;
+use outbox_runtime::store::{EnqueueOptions, notify_channel};
+use outbox_runtime::waker::Waker;
+use outbox_runtime::worker::{Worker, WorkerEvent};
+use sqlx::postgres::PgListener;
+use worker_support::receiver::{Knobs, Receiver};
+use worker_support::*;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Notifications on the default channel that arrive until none has come for `quiet`.
+async fn notifications(listener: &mut PgListener, quiet: Duration) -> usize {
+    let mut n = 0;
+    while let Ok(received) = tokio::time::timeout(quiet, listener.recv()).await {
+        assert_eq!(received.unwrap().channel(), "outbox");
+        n += 1;
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_wake_ups_folds_into_few_notifications_and_none_is_lost() {
+    let db = database().await;
+    let mut listener = PgListener::connect(&db.url()).await.unwrap();
+    listener.listen(&notify_channel("outbox")).await.unwrap();
+    let quiet = Duration::from_millis(400);
+
+    let waker = Waker::new(db.pool().clone(), "outbox").unwrap();
+    assert_eq!(
+        notifications(&mut listener, quiet).await,
+        0,
+        "no wake, no notification"
+    );
+
+    waker.wake();
+    assert_eq!(notifications(&mut listener, quiet).await, 1);
+
+    // 1,000 calls at once: one notification is sent at a time, and every call made while one
+    // is in flight is answered by the single next one.
+    for _ in 0..1000 {
+        waker.wake();
+    }
+    let burst = notifications(&mut listener, quiet).await;
+    assert!(
+        (1..=2).contains(&burst),
+        "1,000 wake() calls in a burst sent {burst} notifications; expected 1 or 2"
+    );
+    assert_eq!(waker.notifications_sent(), 1 + burst as u64);
+    assert_eq!(waker.notifications_failed(), 0);
+
+    // A wake-up asked for just before the last handle goes is still sent.
+    let clone = waker.clone();
+    drop(waker);
+    clone.wake();
+    drop(clone);
+    assert_eq!(notifications(&mut listener, quiet).await, 1);
+
+    let error = Waker::new(db.pool().clone(), "no such table!").unwrap_err();
+    assert!(error.to_string().contains("no such table!"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rarely_polling_worker_delivers_as_soon_as_the_service_wakes_it_after_commit() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::builder(
+        pool.clone(),
+        Receiver::new(pool.clone(), "w1", Knobs::default()),
+    )
+    .name("w1")
+    .poll_interval(Duration::from_secs(120))
+    .events(events_tx)
+    .start()
+    .await
+    .unwrap();
+    wait_event(&mut events, WAIT, "the worker listens", |e| {
+        matches!(e, WorkerEvent::ListenerConnected)
+    })
+    .await;
+    let waker = Waker::new(pool.clone(), "outbox").unwrap();
+
+    // Enqueued without the in-transaction NOTIFY and committed: the worker, which polls every
+    // two minutes, does not know yet.
+    let mut tx = pool.begin().await.unwrap();
+    for n in 0..20 {
+        Job { n }
+            .enqueue_with(
+                &mut tx,
+                &format!("job-{n}"),
+                &EnqueueOptions::without_notify(),
+            )
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        count_status(&pool, "delivered").await,
+        0,
+        "nothing woke the worker, so nothing was delivered yet"
+    );
+
+    waker.wake();
+    wait_until(
+        WAIT,
+        "the 20 events are delivered after the wake-up",
+        || async { count_status(&pool, "delivered").await == 20 },
+    )
+    .await;
+    worker.shutdown().await;
+    assert_eq!(received(&pool).await.len(), 20);
+    assert_eq!(effects(&pool).await, 20);
+}
