@@ -19,7 +19,7 @@
 -- transaction and then does nothing: it never raises a unique violation that would abort the
 -- caller's transaction.
 --
--- No wake-up: enqueue_notify.sql is this statement plus the NOTIFY.
+-- No wake-up here: enqueue_notify.sql appends the RETURNING clause that queues one.
 -- Index: the unique index on event_id (conflict check).
 INSERT INTO /* TEMPLATE: table */outbox
     (event_id, operation_key, payload_fingerprint, event_type, event_version,
