@@ -1,6 +1,6 @@
 //! Shared helpers of the `generate_*` and `cli_*` tests: contracts built by hand (so a test
-//! states the exact shape it changes), a temporary migrations folder, and a hand-written event
-//! type for rows in the database (the derive is tested by the macros' own tests).
+//! states the exact shape it changes), a temporary migrations folder, and a derived event type
+//! (`#[derive(Event)]`) for rows in the database, whose contract is the derive's.
 #![allow(dead_code)] // each test file uses a different subset
 
 use std::path::{Path, PathBuf};
@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use outbox_runtime::Event;
 use outbox_runtime::contract::Contract;
 use outbox_runtime::generate::CompiledEvent;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -139,39 +140,14 @@ pub fn shipment_sent() -> CompiledEvent {
     )
 }
 
-/// A hand-written event type, for rows in the database.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// An event type for rows in the database: `parcel.sent` v1, no aggregate, default table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Event)]
+#[outbox(name = "parcel.sent", version = 1)]
 pub struct Parcel {
     pub tracking: String,
 }
 
-impl Event for Parcel {
-    const NAME: &'static str = "parcel.sent";
-    const VERSION: u32 = 1;
-    const TABLE: &'static str = "outbox";
-    const AGGREGATE_TYPE: Option<&'static str> = None;
-    type Current = Parcel;
-
-    fn into_current(self) -> Self {
-        self
-    }
-    fn aggregate_id(&self) -> Option<String> {
-        None
-    }
-    fn aggregate_version(&self) -> Option<i64> {
-        None
-    }
-    fn contract() -> Contract {
-        Contract {
-            name: Self::NAME,
-            version: Self::VERSION,
-            type_name: "tests::Parcel",
-            shape: json!({"type": "object", "properties": {"tracking": {"type": "string"}}, "required": ["tracking"]}),
-        }
-    }
-}
-
-/// The generator's view of [`Parcel`].
+/// The generator's view of [`Parcel`], built from its derived contract.
 pub fn parcel_event() -> CompiledEvent {
     CompiledEvent {
         contract: Parcel::contract(),

@@ -1,101 +1,33 @@
-//! Shared helpers of the `store_*` tests: hand-written event types (the derive is tested
-//! elsewhere) and direct reads of the outbox rows, so every test asserts database state.
+//! Shared helpers of the `store_*` tests: the event types they write (`#[derive(Event)]`) and
+//! direct reads of the outbox rows, so every test asserts database state.
 #![allow(dead_code)] // each test file uses a different subset
 
 use outbox_runtime::Event;
-use outbox_runtime::contract::Contract;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sqlx::{PgPool, Row};
 
-/// An event with an aggregate, written to the default table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// An event with an aggregate (`order`, keyed by `order_id`), written to the default table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Event)]
+#[outbox(name = "order_placed", version = 1, aggregate = "order")]
 pub struct OrderPlaced {
+    #[outbox(aggregate_id)]
     pub order_id: String,
     pub total_cents: i64,
 }
 
-impl Event for OrderPlaced {
-    const NAME: &'static str = "order_placed";
-    const VERSION: u32 = 1;
-    const TABLE: &'static str = "outbox";
-    const AGGREGATE_TYPE: Option<&'static str> = Some("order");
-    type Current = OrderPlaced;
-
-    fn into_current(self) -> Self {
-        self
-    }
-    fn aggregate_id(&self) -> Option<String> {
-        Some(self.order_id.clone())
-    }
-    fn aggregate_version(&self) -> Option<i64> {
-        None
-    }
-    fn contract() -> Contract {
-        trivial_contract(Self::NAME, Self::VERSION)
-    }
-}
-
 /// An event without aggregate, with a payload of any size.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Event)]
+#[outbox(name = "note", version = 1)]
 pub struct Note {
     pub text: String,
 }
 
-impl Event for Note {
-    const NAME: &'static str = "note";
-    const VERSION: u32 = 1;
-    const TABLE: &'static str = "outbox";
-    const AGGREGATE_TYPE: Option<&'static str> = None;
-    type Current = Note;
-
-    fn into_current(self) -> Self {
-        self
-    }
-    fn aggregate_id(&self) -> Option<String> {
-        None
-    }
-    fn aggregate_version(&self) -> Option<i64> {
-        None
-    }
-    fn contract() -> Contract {
-        trivial_contract(Self::NAME, Self::VERSION)
-    }
-}
-
 /// An event written to a second outbox table, `audit_outbox`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Event)]
+#[outbox(name = "audit_entry", version = 1, table = "audit_outbox")]
 pub struct AuditEntry {
     pub what: String,
-}
-
-impl Event for AuditEntry {
-    const NAME: &'static str = "audit_entry";
-    const VERSION: u32 = 1;
-    const TABLE: &'static str = "audit_outbox";
-    const AGGREGATE_TYPE: Option<&'static str> = None;
-    type Current = AuditEntry;
-
-    fn into_current(self) -> Self {
-        self
-    }
-    fn aggregate_id(&self) -> Option<String> {
-        None
-    }
-    fn aggregate_version(&self) -> Option<i64> {
-        None
-    }
-    fn contract() -> Contract {
-        trivial_contract(Self::NAME, Self::VERSION)
-    }
-}
-
-fn trivial_contract(name: &'static str, version: u32) -> Contract {
-    Contract {
-        name,
-        version,
-        type_name: name,
-        shape: serde_json::json!({"type": "object"}),
-    }
 }
 
 /// Write `n` notes through the real enqueue path, in transactions of up to 1,000.

@@ -1,6 +1,6 @@
-//! Shared helpers of the `worker_*` and `crash_*` tests: hand-written event types, enqueueing
-//! through the real enqueue path, reads of outbox and receiver state, waiting on database
-//! state (never on a timer alone), and spawning the `crash_target` worker process.
+//! Shared helpers of the `worker_*` and `crash_*` tests: event types (`#[derive(Event)]`),
+//! enqueueing through the real enqueue path, reads of outbox and receiver state, waiting on
+//! database state (never on a timer alone), and spawning the `crash_target` worker process.
 #![allow(dead_code)] // each test file uses a different subset
 
 pub mod receiver;
@@ -13,73 +13,26 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use outbox_runtime::Event;
-use outbox_runtime::contract::Contract;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sqlx::{PgPool, Row};
 
 /// An event without aggregate.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Event)]
+#[outbox(name = "job", version = 1)]
 pub struct Job {
     pub n: i64,
 }
 
-impl Event for Job {
-    const NAME: &'static str = "job";
-    const VERSION: u32 = 1;
-    const TABLE: &'static str = "outbox";
-    const AGGREGATE_TYPE: Option<&'static str> = None;
-    type Current = Job;
-
-    fn into_current(self) -> Self {
-        self
-    }
-    fn aggregate_id(&self) -> Option<String> {
-        None
-    }
-    fn aggregate_version(&self) -> Option<i64> {
-        None
-    }
-    fn contract() -> Contract {
-        Contract {
-            name: Self::NAME,
-            version: Self::VERSION,
-            type_name: "Job",
-            shape: serde_json::json!({"type": "object"}),
-        }
-    }
-}
-
-/// An event of an aggregate, numbered in aggregate order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// An event of an aggregate (`account`, keyed by `account`), numbered in aggregate order by
+/// `seq`, its aggregate version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Event)]
+#[outbox(name = "step", version = 1, aggregate = "account")]
 pub struct Step {
+    #[outbox(aggregate_id)]
     pub account: String,
+    #[outbox(aggregate_version)]
     pub seq: i64,
-}
-
-impl Event for Step {
-    const NAME: &'static str = "step";
-    const VERSION: u32 = 1;
-    const TABLE: &'static str = "outbox";
-    const AGGREGATE_TYPE: Option<&'static str> = Some("account");
-    type Current = Step;
-
-    fn into_current(self) -> Self {
-        self
-    }
-    fn aggregate_id(&self) -> Option<String> {
-        Some(self.account.clone())
-    }
-    fn aggregate_version(&self) -> Option<i64> {
-        Some(self.seq)
-    }
-    fn contract() -> Contract {
-        Contract {
-            name: Self::NAME,
-            version: Self::VERSION,
-            type_name: "Step",
-            shape: serde_json::json!({"type": "object"}),
-        }
-    }
 }
 
 /// A test database with the receiver's tables.
