@@ -81,21 +81,18 @@ impl DrainSetting {
         sink: &Arc<CountingSink>,
     ) -> BenchResult<Vec<WorkerHandle>> {
         let mut handles = Vec::with_capacity(self.workers);
-        // Retention zero deletes each row in its completion; otherwise the default retention
-        // keeps the delivered rows (nothing is purged within a drain).
-        let retention = self
-            .delete_on_completion
-            .then_some(Duration::ZERO)
-            .or(WorkerConfig::new(DEFAULT_TABLE).retention);
         for _ in 0..self.workers {
-            let handle = Worker::builder(db.pool().clone(), Arc::clone(sink))
+            let mut builder = Worker::builder(db.pool().clone(), Arc::clone(sink))
                 .concurrency(self.concurrency)
                 .batch_size(self.batch_size)
                 .completion_batch(self.completion_batch, Duration::from_millis(5))
-                .lease(Duration::from_secs(30))
-                .retention(retention)
-                .start()
-                .await?;
+                .lease(Duration::from_secs(30));
+            // Retention zero deletes each row in its completion; otherwise the builder's
+            // retention keeps the delivered rows (nothing is purged within a drain).
+            if self.delete_on_completion {
+                builder = builder.retention(Some(Duration::ZERO));
+            }
+            let handle = builder.start().await?;
             handles.push(handle);
         }
         Ok(handles)

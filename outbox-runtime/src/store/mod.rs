@@ -310,7 +310,8 @@ impl Store {
     /// Mark many claimed events delivered in one statement; returns the claims that were
     /// lost (every other claim was completed).
     pub async fn complete_many_if_owned(&self, claims: &[Claim]) -> Result<Vec<Claim>> {
-        self.fenced_batch(self.sql.complete_many, claims).await
+        self.fenced_batch(self.sql.complete_many, claims, None)
+            .await
     }
 
     /// Complete many claimed events by deleting their rows, in one statement; returns the
@@ -318,24 +319,28 @@ impl Store {
     /// delivered history is kept, and the operation keys are free again at once. A worker with
     /// a retention of zero completes this way.
     pub async fn complete_many_by_deleting_if_owned(&self, claims: &[Claim]) -> Result<Vec<Claim>> {
-        self.fenced_batch(self.sql.complete_many_delete, claims)
+        self.fenced_batch(self.sql.complete_many_delete, claims, None)
             .await
     }
 
-    /// Run a fenced batch statement taking `($1 ids, $2 claim_versions)` and returning the ids
-    /// it changed; returns the claims it did not change (lost).
-    async fn fenced_batch(&self, statement: &'static str, claims: &[Claim]) -> Result<Vec<Claim>> {
+    /// Run a fenced batch statement taking `($1 ids, $2 claim_versions[, $3 lease])` and
+    /// returning the ids it changed; returns the claims it did not change (lost).
+    async fn fenced_batch(
+        &self,
+        statement: &'static str,
+        claims: &[Claim],
+        lease: Option<Duration>,
+    ) -> Result<Vec<Claim>> {
         if claims.is_empty() {
             return Ok(Vec::new());
         }
         let (ids, versions) = split_claims(claims);
-        let changed: HashSet<i64> = sqlx::query_scalar(statement)
-            .bind(ids)
-            .bind(versions)
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .collect();
+        let query = sqlx::query_scalar(statement).bind(ids).bind(versions);
+        let query = match lease {
+            Some(lease) => query.bind(micros(lease)),
+            None => query,
+        };
+        let changed: HashSet<i64> = query.fetch_all(&self.pool).await?.into_iter().collect();
         Ok(lost_claims(claims, &changed))
     }
 
@@ -356,19 +361,8 @@ impl Store {
         claims: &[Claim],
         lease: Duration,
     ) -> Result<Vec<Claim>> {
-        if claims.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (ids, versions) = split_claims(claims);
-        let renewed: HashSet<i64> = sqlx::query_scalar(self.sql.renew_many)
-            .bind(ids)
-            .bind(versions)
-            .bind(micros(lease))
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .collect();
-        Ok(lost_claims(claims, &renewed))
+        self.fenced_batch(self.sql.renew_many, claims, Some(lease))
+            .await
     }
 
     /// Record a failed attempt: back to pending after `retry_after`, or exhausted when
