@@ -44,7 +44,7 @@ async fn a_worker_whose_lease_was_recovered_cannot_complete_or_renew() {
         .unwrap()
         .remove(0);
     assert_eq!((first.claim_version, first.attempts), (1, 1));
-    tokio::time::sleep(SHORT_LEASE + Duration::from_millis(100)).await;
+    wait_until_lease_ended(db.pool(), first.id).await;
 
     // The lease ran out: even before recovery, the first worker is refused.
     assert_eq!(
@@ -476,7 +476,7 @@ async fn expired_leases_use_up_attempts_and_end_exhausted() {
             .unwrap();
         assert_eq!(e.len(), 1, "round {round}");
         // The worker "crashes": it never completes, and its lease runs out.
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        wait_until_lease_ended(db.pool(), e[0].id).await;
         assert_eq!(store.recover_expired(100).await.unwrap(), expected);
     }
     let row = row_state(db.pool(), 1).await;
@@ -513,12 +513,14 @@ async fn recovery_is_bounded_and_leaves_live_leases_alone() {
     let db = TestDatabase::new().await;
     let store = Store::new(db.pool().clone());
     enqueue_notes(db.pool(), "bounded", 5).await;
-    store
+    let short = store
         .claim_batch("w", 3, Duration::from_millis(50), false)
         .await
         .unwrap();
     store.claim_batch("w", 2, LONG_LEASE, false).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    for e in &short {
+        wait_until_lease_ended(db.pool(), e.id).await;
+    }
     assert_eq!(store.recover_expired(2).await.unwrap().requeued, 2);
     assert_eq!(store.recover_expired(100).await.unwrap().requeued, 1);
     assert_eq!(store.recover_expired(100).await.unwrap().requeued, 0);
@@ -587,7 +589,9 @@ async fn recovery_racing_a_late_completion_has_exactly_one_winner_per_row() {
             .await
             .unwrap();
         assert_eq!(claimed.len(), ROWS_PER_ROUND);
-        // Start both sides around the moment the leases end, staggered a little per round.
+        // Start both sides around the moment the leases end, staggered a little per round. A
+        // fixed sleep on purpose: the subject is timing both sides against the lease's end, not
+        // waiting for a condition (the lease may or may not have ended when they run).
         tokio::time::sleep(Duration::from_millis(22 + (round as u64 % 5) * 5)).await;
         let completions = join_all(claimed.iter().map(|e| {
             let store = store.clone();
@@ -785,4 +789,168 @@ async fn stats_count_each_status_and_age_the_oldest_pending_event() {
         store.stats().await.unwrap().oldest_pending_age,
         Some(Duration::ZERO)
     );
+}
+
+/// Wait until the lease of row `id` has ended by the database clock (the subject of the tests
+/// that use it is what happens after a lease ends, and only the database's `now()` decides that).
+async fn wait_until_lease_ended(pool: &sqlx::PgPool, id: i64) {
+    const BOUND: Duration = Duration::from_secs(30);
+    let started = std::time::Instant::now();
+    loop {
+        let ended: bool = sqlx::query_scalar(
+            "SELECT coalesce(lease_until <= now(), true) FROM outbox WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if ended {
+            return;
+        }
+        assert!(
+            started.elapsed() < BOUND,
+            "the lease of row {id} did not end within {BOUND:?} by the database clock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One worker's claim of a row (v1) ran out and was recovered, and the same worker claimed the
+/// row again (v2). A batch holding both claims must answer per (id, claim_version): v1 is lost,
+/// v2 is owned. Deciding by row id alone reports v1 owned, and its handler is never told.
+#[tokio::test]
+async fn a_batch_holding_a_stale_and_a_fresh_claim_of_one_row_answers_per_claim() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    enqueue_notes(db.pool(), "reclaimed", 2).await;
+
+    // Both rows: claimed as v1 with a short lease, recovered, re-claimed as v2 by the same worker.
+    let v1 = store
+        .claim_batch("same-worker", 2, Duration::from_millis(100), false)
+        .await
+        .unwrap();
+    for e in &v1 {
+        wait_until_lease_ended(db.pool(), e.id).await;
+    }
+    assert_eq!(store.recover_expired(100).await.unwrap().requeued, 2);
+    let v2 = store
+        .claim_batch("same-worker", 2, LONG_LEASE, false)
+        .await
+        .unwrap();
+    let pairs: Vec<_> = v1.iter().zip(&v2).collect();
+    for (old, new) in &pairs {
+        assert_eq!(
+            (new.id, old.claim_version, new.claim_version),
+            (old.id, 1, 2)
+        );
+    }
+    let (row_a, row_b) = (pairs[0], pairs[1]);
+
+    // Renewal: the fresh claim is renewed, the stale one reported lost, whichever order.
+    for batch in [
+        [row_a.0.claim(), row_a.1.claim()],
+        [row_a.1.claim(), row_a.0.claim()],
+    ] {
+        assert_eq!(
+            store.renew_many_if_owned(&batch, LONG_LEASE).await.unwrap(),
+            vec![row_a.0.claim()],
+            "renew_many: the v1 claim is lost, the v2 claim owned"
+        );
+    }
+
+    // Completion by marking delivered.
+    assert_eq!(
+        store
+            .complete_many_if_owned(&[row_a.0.claim(), row_a.1.claim()])
+            .await
+            .unwrap(),
+        vec![row_a.0.claim()],
+        "complete_many: the v1 claim is lost, the v2 claim completed"
+    );
+    let done = row_state(db.pool(), row_a.0.id).await;
+    assert_eq!((done.status.as_str(), done.claim_version), ("delivered", 2));
+
+    // Completion by deleting.
+    assert_eq!(
+        store
+            .complete_many_by_deleting_if_owned(&[row_b.1.claim(), row_b.0.claim()])
+            .await
+            .unwrap(),
+        vec![row_b.0.claim()],
+        "complete_many_delete: the v1 claim is lost, the v2 claim completed"
+    );
+    assert_eq!(
+        all_rows(db.pool()).await.len(),
+        1,
+        "row b was deleted by its v2 claim"
+    );
+}
+
+/// A completion whose answer was lost is retried; the retry finds nothing left to complete and
+/// reports the claim lost. `completed_earlier` tells that case apart from a real loss: the row
+/// is delivered under this very claim_version (or, completing by deleting, gone).
+#[tokio::test]
+async fn a_completion_run_twice_is_recognised_as_completed_earlier_by_the_same_claim() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    enqueue_notes(db.pool(), "twice", 3).await;
+    let claims: Vec<_> = store
+        .claim_batch("w", 3, LONG_LEASE, false)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.claim())
+        .collect();
+    let (marked, deleted, running) = (claims[0], claims[1], claims[2]);
+
+    // Marking delivered, twice: the second run finds the row no longer processing.
+    assert!(
+        store
+            .complete_many_if_owned(&[marked])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.complete_many_if_owned(&[marked]).await.unwrap(),
+        vec![marked]
+    );
+    // Deleting, twice: the second run finds no row.
+    assert!(
+        store
+            .complete_many_by_deleting_if_owned(&[deleted])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .complete_many_by_deleting_if_owned(&[deleted])
+            .await
+            .unwrap(),
+        vec![deleted]
+    );
+
+    let older = |c: outbox_runtime::store::Claim| outbox_runtime::store::Claim {
+        id: c.id,
+        claim_version: c.claim_version - 1,
+    };
+    assert_eq!(
+        store
+            .completed_earlier(&[marked, deleted, running, older(marked)], true)
+            .await
+            .unwrap(),
+        vec![marked, deleted],
+        "delivered under this claim, or gone when completing by deleting; a running row or \
+         another claim's delivery is not"
+    );
+    assert_eq!(
+        store
+            .completed_earlier(&[marked, deleted, running], false)
+            .await
+            .unwrap(),
+        vec![marked],
+        "a gone row counts only for a worker that completes by deleting"
+    );
+    assert!(store.completed_earlier(&[], true).await.unwrap().is_empty());
 }

@@ -181,11 +181,13 @@ fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
-/// The claims of `claims` whose id is not in `kept`.
-fn lost_claims(claims: &[Claim], kept: &HashSet<i64>) -> Vec<Claim> {
+/// The claims of `claims` that are not in `kept`. Decided by the whole claim (row id and
+/// claim_version), never by the row id alone: a batch may hold a stale claim of a row next to
+/// this worker's fresh claim of the same row, and only the fresh one was kept.
+fn lost_claims(claims: &[Claim], kept: &HashSet<Claim>) -> Vec<Claim> {
     claims
         .iter()
-        .filter(|c| !kept.contains(&c.id))
+        .filter(|c| !kept.contains(c))
         .copied()
         .collect()
 }
@@ -324,7 +326,8 @@ impl Store {
     }
 
     /// Run a fenced batch statement taking `($1 ids, $2 claim_versions[, $3 lease])` and
-    /// returning the ids it changed; returns the claims it did not change (lost).
+    /// returning the `(id, claim_version)` pairs it changed; returns the claims it did not
+    /// change (lost).
     async fn fenced_batch(
         &self,
         statement: &'static str,
@@ -335,13 +338,55 @@ impl Store {
             return Ok(Vec::new());
         }
         let (ids, versions) = split_claims(claims);
-        let query = sqlx::query_scalar(statement).bind(ids).bind(versions);
+        let query = sqlx::query_as::<_, (i64, i64)>(statement)
+            .bind(ids)
+            .bind(versions);
         let query = match lease {
             Some(lease) => query.bind(micros(lease)),
             None => query,
         };
-        let changed: HashSet<i64> = query.fetch_all(&self.pool).await?.into_iter().collect();
+        let changed: HashSet<Claim> = query
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(|(id, claim_version)| Claim { id, claim_version })
+            .collect();
         Ok(lost_claims(claims, &changed))
+    }
+
+    /// Of `claims`, the ones an earlier completion by the very same claim already settled: the
+    /// row is `delivered` under that claim_version, or, with `by_deleting`, the row is gone.
+    ///
+    /// For a completion whose outcome is unknown (the connection died after the statement was
+    /// sent, so it may have committed) and whose retry reported these claims lost. A row
+    /// delivered under the claim's own claim_version was delivered by that claim: no other claim
+    /// can carry it. A row that is gone is taken as deleted by that completion; it could also
+    /// have been deleted by another worker's completion after this claim's lease ran out, and is
+    /// then counted as delivered here although the other worker delivered it.
+    pub async fn completed_earlier(
+        &self,
+        claims: &[Claim],
+        by_deleting: bool,
+    ) -> Result<Vec<Claim>> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, versions) = split_claims(claims);
+        let settled: Vec<(i64, i64)> = sqlx::query_as(self.sql.completed_earlier)
+            .bind(ids)
+            .bind(versions)
+            .bind(by_deleting)
+            .fetch_all(&self.pool)
+            .await?;
+        let settled: HashSet<Claim> = settled
+            .into_iter()
+            .map(|(id, claim_version)| Claim { id, claim_version })
+            .collect();
+        Ok(claims
+            .iter()
+            .filter(|c| settled.contains(c))
+            .copied()
+            .collect())
     }
 
     /// Extend the lease of a claim to `now() + lease`, if it is still ours.

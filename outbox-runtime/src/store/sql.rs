@@ -38,6 +38,8 @@ pub(crate) const COMPLETE: &str = include_str!("sql/complete.sql");
 pub(crate) const COMPLETE_MANY: &str = include_str!("sql/complete_many.sql");
 /// Fenced completion of many claims that deletes the rows (retention zero).
 pub(crate) const COMPLETE_MANY_DELETE: &str = include_str!("sql/complete_many_delete.sql");
+/// Which claims of a batch an earlier completion by the same claim settled (a lost answer).
+pub(crate) const COMPLETED_EARLIER: &str = include_str!("sql/completed_earlier.sql");
 /// Fenced lease renewal of one claim.
 pub(crate) const RENEW: &str = include_str!("sql/renew.sql");
 /// Fenced lease renewal of many claims.
@@ -73,6 +75,7 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("complete", COMPLETE),
     ("complete_many", COMPLETE_MANY),
     ("complete_many_delete", COMPLETE_MANY_DELETE),
+    ("completed_earlier", COMPLETED_EARLIER),
     ("renew", RENEW),
     ("renew_many", RENEW_MANY),
     ("fail", FAIL),
@@ -244,6 +247,7 @@ pub(crate) struct Statements {
     pub complete: &'static str,
     pub complete_many: &'static str,
     pub complete_many_delete: &'static str,
+    pub completed_earlier: &'static str,
     pub renew: &'static str,
     pub renew_many: &'static str,
     pub fail: &'static str,
@@ -275,6 +279,7 @@ impl Statements {
             complete: r(COMPLETE),
             complete_many: r(COMPLETE_MANY),
             complete_many_delete: r(COMPLETE_MANY_DELETE),
+            completed_earlier: r(COMPLETED_EARLIER),
             renew: r(RENEW),
             renew_many: r(RENEW_MANY),
             fail: r(FAIL),

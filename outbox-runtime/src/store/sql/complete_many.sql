@@ -1,8 +1,9 @@
 -- Complete many: mark a batch of claimed events delivered in one statement.
 --
 -- Parameters: $1 ids bigint[], $2 claim_versions bigint[] (same length, pairwise).
--- Fenced per row like complete.sql. Returns the ids that were completed; every other claim of
--- the batch was lost.
+-- Fenced per row like complete.sql. Returns the (id, claim_version) pairs that were completed;
+-- every other claim of the batch was lost. Callers compare whole pairs, not ids: a batch may hold
+-- a stale claim of a row next to a fresh claim of the same row, and only the fresh one matches.
 -- Index: primary key (one lookup per pair). Callers pass the pairs sorted by id, so two
 -- batched statements over the same rows lock them in the same order (no deadlock).
 UPDATE /* TEMPLATE: table */outbox AS o
@@ -21,4 +22,4 @@ WHERE o.id = c.id
   -- scanned every in-flight row against every pair, O(in-flight x batch)).
   AND o.status = 'processing'
   AND o.lease_until > now()
-RETURNING o.id
+RETURNING o.id, o.claim_version

@@ -3,7 +3,8 @@
 --
 -- Parameters: $1 ids bigint[], $2 claim_versions bigint[] (same length, pairwise).
 -- Fenced per row exactly like complete_many.sql: a claim that was lost (recovered, re-claimed,
--- or its lease ran out) deletes nothing, and is reported lost. Returns the ids deleted.
+-- or its lease ran out) deletes nothing, and is reported lost. Returns the (id, claim_version)
+-- pairs deleted (compared as whole pairs, like complete_many.sql).
 --
 -- Why a delete: marking a row delivered writes a new row version and a new entry in every
 -- index (delivered_at sits in the index predicates, so that update cannot be heap-only), and
@@ -19,4 +20,4 @@ WHERE o.id = c.id
   AND o.claim_version = c.claim_version
   AND o.status = 'processing'
   AND o.lease_until > now()
-RETURNING o.id
+RETURNING o.id, o.claim_version

@@ -1,7 +1,8 @@
 -- Renew many: extend the leases of a batch of claims in one statement.
 --
 -- Parameters: $1 ids bigint[], $2 claim_versions bigint[], $3 lease in microseconds bigint.
--- Fenced per row like renew.sql. Returns the ids that were renewed; the others were lost.
+-- Fenced per row like renew.sql. Returns the (id, claim_version) pairs that were renewed; the
+-- others were lost. Callers compare whole pairs (see complete_many.sql).
 -- Index: primary key (one lookup per pair). Callers pass the pairs sorted by id, so two
 -- batched statements over the same rows lock them in the same order (no deadlock).
 UPDATE /* TEMPLATE: table */outbox AS o
@@ -16,4 +17,4 @@ WHERE o.id = c.id
   -- scanned every in-flight row against every pair, O(in-flight x batch)).
   AND o.status = 'processing'
   AND o.lease_until > now()
-RETURNING o.id
+RETURNING o.id, o.claim_version
