@@ -1,12 +1,14 @@
 //! In-process workers facing failing receivers: retries with exponential backoff (and a
-//! receiver's own Retry-After), exhaustion, permanent failures, panicking handlers, and
-//! configuration errors.
+//! receiver's own Retry-After), exhaustion, permanent failures, panicking handlers,
+//! configuration errors, and a network that fails between the worker and PostgreSQL (a
+//! partition; a connection that dies before the answer to a committed completion arrives).
 
 mod worker_support;
 
 use std::time::Duration;
 
-use outbox_runtime::worker::{RetryPolicy, Worker};
+use outbox_runtime::worker::{RetryPolicy, Worker, WorkerEvent};
+use worker_support::proxy::Proxy;
 use worker_support::receiver::{Knobs, Receiver};
 use worker_support::*;
 
@@ -251,4 +253,151 @@ async fn invalid_configuration_is_refused_with_the_knob_named() {
     assert!(err.contains("retry.max"), "{err}");
     // Nothing was started: no row, no receiver record.
     assert_eq!(received(&pool).await.len(), 0);
+}
+
+/// A partition between the worker and PostgreSQL: every statement hangs, renewal included, and
+/// nothing reports an error. The lease still ends (by the database clock, and another worker's
+/// maintenance may then hand the event out again), so the handler must be told by the worker's
+/// own monotonic clock: lease_lost is cancelled once the lease of the last renewal sent would
+/// have ended, while the database is still unreachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_a_partition_the_handler_is_told_when_its_lease_ends_by_the_local_clock() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    enqueue_jobs(&pool, 0, 1, false).await;
+    let proxy = Proxy::start(db.connect_options()).await;
+    let worker_pool = proxy.pool(db.connect_options(), 4).await;
+    let lease = Duration::from_secs(3);
+    let knobs = Knobs {
+        delay: Duration::from_secs(300),
+        stop_on_lease_lost: true,
+        ..Default::default()
+    };
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    // The receiver records through the direct pool, so it can report during the partition.
+    let receiver = Receiver::new(pool.clone(), "partitioned", knobs);
+    let worker = Worker::builder(worker_pool, receiver.clone())
+        .name("partitioned")
+        .lease(lease)
+        .renew_interval(Duration::from_millis(300))
+        .maintenance(false)
+        .listen(false)
+        .poll_interval(Duration::from_secs(120))
+        .events(tx)
+        .start()
+        .await
+        .unwrap();
+    wait_event(&mut events, WAIT, "the claim", |e| {
+        matches!(e, WorkerEvent::ClaimedBatch(_))
+    })
+    .await;
+    wait_event(&mut events, WAIT, "a renewal through the proxy", |e| {
+        matches!(e, WorkerEvent::Renewed(_))
+    })
+    .await;
+
+    proxy.black_hole();
+    let cut = std::time::Instant::now();
+    // Every renewal from here on hangs, so the lease cannot be extended past the one whose
+    // renewal was sent before the cut: bounded by the lease plus a generous allowance.
+    wait_event(
+        &mut events,
+        lease + Duration::from_secs(10),
+        "lease_lost cancelled during the partition",
+        |e| matches!(e, WorkerEvent::LeaseLost(_)),
+    )
+    .await;
+    let told_after = cut.elapsed();
+    wait_until(WAIT, "the handler stopped", || async {
+        received(&pool)
+            .await
+            .iter()
+            .any(|r| r.outcome == "stopped_lease_lost")
+    })
+    .await;
+    assert_eq!(proxy.replies_lost(), 0);
+    // The handler heard before the lease ended by the database clock: the worker's deadline is
+    // the send time of the last renewal plus the lease, minus a safety margin.
+    let before_the_end: bool = sqlx::query_scalar(
+        "SELECT l.received_at < o.lease_until FROM receiver_log l, outbox o
+         WHERE l.outcome = 'stopped_lease_lost'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(
+        before_the_end,
+        "the handler was told {told_after:?} after the cut, later than the lease ended in the database"
+    );
+
+    proxy.heal();
+    worker.shutdown().await;
+    let c = worker.counters();
+    assert_eq!(c.lease_lost, 1, "{c:?}");
+    assert_eq!(c.delivered, 0, "{c:?}");
+}
+
+/// The completion commits, then the connection dies before its answer arrives. The completer
+/// retries; the retry finds the row already settled by this very claim (delivered under the
+/// same claim_version, or deleted with a retention of zero). That is a completed delivery, not
+/// a stale one.
+async fn completion_whose_answer_was_lost(retention: Option<Duration>, statement: &[u8]) {
+    let db = database().await;
+    let pool = db.pool().clone();
+    enqueue_jobs(&pool, 0, 1, false).await;
+    let proxy = Proxy::start(db.connect_options()).await;
+    let worker_pool = proxy.pool(db.connect_options(), 4).await;
+    proxy.lose_reply_to(statement);
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::builder(
+        worker_pool,
+        Receiver::new(pool.clone(), "w", Knobs::default()),
+    )
+    .retention(retention)
+    .maintenance(false)
+    .listen(false)
+    .renewal(false)
+    .poll_interval(Duration::from_secs(120))
+    .events(tx)
+    .start()
+    .await
+    .unwrap();
+    let outcome = wait_event(&mut events, WAIT, "the completion's outcome", |e| {
+        matches!(e, WorkerEvent::CompletedBatch { .. })
+    })
+    .await;
+    assert_eq!(
+        proxy.replies_lost(),
+        1,
+        "the first completion's answer was thrown away"
+    );
+    let WorkerEvent::CompletedBatch { completed, stale } = outcome else {
+        unreachable!()
+    };
+    assert_eq!(
+        (completed.len(), stale.len()),
+        (1, 0),
+        "completed {completed:?}, stale {stale:?}"
+    );
+    worker.shutdown().await;
+    let c = worker.counters();
+    assert_eq!((c.delivered, c.stale_completions), (1, 0), "{c:?}");
+    let left: Vec<String> = rows(&pool).await.into_iter().map(|r| r.status).collect();
+    let expected: &[&str] = if retention == Some(Duration::ZERO) {
+        &[]
+    } else {
+        &["delivered"]
+    };
+    assert_eq!(left, expected);
+    assert_eq!(received(&pool).await.len(), 1, "delivered once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_whose_answer_was_lost_counts_as_delivered_not_stale() {
+    completion_whose_answer_was_lost(None, b"SET status = 'delivered'").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleting_completion_whose_answer_was_lost_counts_as_delivered_not_stale() {
+    completion_whose_answer_was_lost(Some(Duration::ZERO), b"USING unnest(").await;
 }

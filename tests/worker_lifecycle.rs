@@ -84,7 +84,8 @@ async fn shutdown_lets_running_deliveries_finish() {
         delay: Duration::from_millis(800),
         ..Default::default()
     };
-    let worker = Worker::builder(pool.clone(), Receiver::new(pool.clone(), "w", knobs))
+    let receiver = Receiver::new(pool.clone(), "w", knobs);
+    let worker = Worker::builder(pool.clone(), receiver.clone())
         .concurrency(4)
         .events(tx)
         .start()
@@ -97,9 +98,12 @@ async fn shutdown_lets_running_deliveries_finish() {
         |e| matches!(e, WorkerEvent::ClaimedBatch(c) if c.len() == 4),
     )
     .await;
-    // The hook fires when the claim returns; give the delivery tasks a moment to start, or
-    // shutdown would (rightly) hand them back unstarted.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Shut down only once all four reached the receiver: unstarted ones would (rightly) be
+    // handed back instead.
+    wait_until(WAIT, "all four deliveries started", || async {
+        receiver.started() == 4
+    })
+    .await;
     worker.shutdown().await;
     assert!(worker.is_stopped());
     assert_eq!(
@@ -114,14 +118,16 @@ async fn shutdown_lets_running_deliveries_finish() {
 async fn after_the_deadline_running_deliveries_are_told_to_stop_and_handed_back() {
     let db = database().await;
     let pool = db.pool().clone();
-    enqueue_jobs(&pool, 0, 2, false).await;
+    // On their last attempt: a delivery the worker itself stopped must not use it up.
+    enqueue_jobs_with_attempts(&pool, 0, 2, 1).await;
     let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
     let knobs = Knobs {
         delay: Duration::from_secs(60),
         stop_on_lease_lost: true,
         ..Default::default()
     };
-    let worker = Worker::builder(pool.clone(), Receiver::new(pool.clone(), "w", knobs))
+    let receiver = Receiver::new(pool.clone(), "w", knobs);
+    let worker = Worker::builder(pool.clone(), receiver.clone())
         .shutdown_deadline(Duration::from_millis(300))
         .events(tx)
         .start()
@@ -134,17 +140,22 @@ async fn after_the_deadline_running_deliveries_are_told_to_stop_and_handed_back(
         |e| matches!(e, WorkerEvent::ClaimedBatch(c) if c.len() == 2),
     )
     .await;
-    // The hook fires when the claim returns; give the delivery tasks a moment to start, or
-    // shutdown would (rightly) hand them back unstarted.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until(WAIT, "both deliveries started", || async {
+        receiver.started() == 2
+    })
+    .await;
     worker.shutdown().await;
+    // The handlers stopped because shutdown told them to (and said so with a retryable error):
+    // handed back like unstarted claims, no attempt charged and no handler failure recorded.
     let after = rows(&pool).await;
     assert!(
         after
             .iter()
-            .all(|r| r.status == "pending" && r.attempts == 1 && r.handler_failures == 1),
+            .all(|r| r.status == "pending" && r.attempts == 0 && r.handler_failures == 0),
         "{after:?}"
     );
+    let c = worker.counters();
+    assert_eq!((c.released, c.retried, c.exhausted), (2, 0, 0), "{c:?}");
     let log = received(&pool).await;
     assert_eq!(
         log.iter()
@@ -153,6 +164,70 @@ async fn after_the_deadline_running_deliveries_are_told_to_stop_and_handed_back(
         2,
         "{log:?}"
     );
+}
+
+/// A handler that ignores the cancelled `lease_lost` token is abandoned after the grace. On its
+/// last attempt it must be handed back (pending, attempt refunded), not exhausted, and no
+/// handler failure is recorded: the handler never failed, the worker left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_abandoned_at_shutdown_on_its_last_attempt_is_handed_back_uncharged() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    enqueue_jobs_with_attempts(&pool, 0, 1, 1).await;
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let knobs = Knobs {
+        delay: Duration::from_secs(120),
+        stop_on_lease_lost: false,
+        ..Default::default()
+    };
+    let receiver = Receiver::new(pool.clone(), "stubborn", knobs);
+    let worker = Worker::builder(pool.clone(), receiver.clone())
+        .name("stubborn")
+        .shutdown_deadline(Duration::from_millis(100))
+        .events(tx)
+        .start()
+        .await
+        .unwrap();
+    wait_event(&mut events, WAIT, "a claimed batch", |e| {
+        matches!(e, WorkerEvent::ClaimedBatch(_))
+    })
+    .await;
+    wait_until(WAIT, "the delivery started", || async {
+        receiver.started() == 1
+    })
+    .await;
+    worker.shutdown().await;
+
+    let row = rows(&pool).await.remove(0);
+    assert_eq!(
+        (
+            row.status.as_str(),
+            row.attempts,
+            row.handler_failures,
+            row.lease_expiries
+        ),
+        ("pending", 0, 0, 0),
+        "{row:?}"
+    );
+    let c = worker.counters();
+    assert_eq!(
+        (c.released, c.retried, c.exhausted, c.stale_completions),
+        (1, 0, 0, 0),
+        "{c:?}"
+    );
+    // Handed back means deliverable: another worker delivers it on its one attempt.
+    let next = Worker::builder(
+        pool.clone(),
+        Receiver::new(pool.clone(), "next", Knobs::default()),
+    )
+    .start()
+    .await
+    .unwrap();
+    wait_until(WAIT, "the next worker delivers it", || async {
+        count_status(&pool, "delivered").await == 1
+    })
+    .await;
+    next.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,6 +296,8 @@ async fn maintenance_leaders(pool: &sqlx::PgPool) -> Vec<String> {
 async fn one_maintenance_leader_recovers_purges_and_hands_over() {
     let db = database().await;
     let pool = db.pool().clone();
+    // One channel for all three workers' hooks.
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
     let start = |name: &str| {
         Worker::builder(
             pool.clone(),
@@ -230,6 +307,7 @@ async fn one_maintenance_leader_recovers_purges_and_hands_over() {
         .maintenance_interval(Duration::from_millis(100))
         .retention(Some(Duration::from_secs(1)))
         .poll_interval(Duration::from_millis(100))
+        .events(tx.clone())
         .start()
     };
     // An orphaned claim (a worker that died): claimed with a short lease by nobody alive, before
@@ -244,11 +322,23 @@ async fn one_maintenance_leader_recovers_purges_and_hands_over() {
     let a = start("m-a").await.unwrap();
     let b = start("m-b").await.unwrap();
     let c = start("m-c").await.unwrap();
-    wait_until(WAIT, "a maintenance leader is elected", || async {
-        maintenance_leaders(&pool).await.len() == 1
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await; // several ticks of all three
+    // Five maintenance passes of the leader: the other two, on the same interval, tried to
+    // take the lock about as often in that time, and none of them became a leader too.
+    let (mut elected, mut passes) = (0, 0);
+    while passes < 5 {
+        match wait_event(&mut events, WAIT, "maintenance passes", |e| {
+            matches!(
+                e,
+                WorkerEvent::MaintenanceLeader | WorkerEvent::MaintenanceRan { .. }
+            )
+        })
+        .await
+        {
+            WorkerEvent::MaintenanceLeader => elected += 1,
+            _ => passes += 1,
+        }
+    }
+    assert_eq!(elected, 1, "exactly one worker became the leader");
     let leaders = maintenance_leaders(&pool).await;
     assert_eq!(leaders.len(), 1, "exactly one leader: {leaders:?}");
 
@@ -286,4 +376,102 @@ async fn one_maintenance_leader_recovers_purges_and_hands_over() {
         maintenance_leaders(&pool).await.is_empty(),
         "leadership released at shutdown"
     );
+}
+
+/// Two outbox tables, both named `outbox`, in two schemas (each worker's pool has its own
+/// `search_path`): two tables, so two maintenance leaders at the same time. A lock key derived
+/// from the table name alone makes them share one leader, and the other schema's expired leases
+/// are never recovered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_tables_in_two_schemas_each_get_their_own_maintenance_leader() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    let ddl = outbox_runtime::store::create_table_sql("outbox").unwrap();
+    let schemas = ["tenant_a", "tenant_b"];
+    let mut schema_pools = Vec::new();
+    for schema in schemas {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+            .execute(&pool)
+            .await
+            .unwrap();
+        let options = db
+            .connect_options()
+            .clone()
+            .options([("search_path", format!("{schema},public"))]);
+        let schema_pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(6)
+            .connect_with(options)
+            .await
+            .unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(ddl.clone()))
+            .execute(&schema_pool)
+            .await
+            .unwrap();
+        let resolved: String = sqlx::query_scalar(
+            "SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = to_regclass('outbox')",
+        )
+        .fetch_one(&schema_pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            resolved, schema,
+            "`outbox` resolves to the schema's own table"
+        );
+        // Orphaned claims (a worker that died) for the leader of this schema to recover.
+        enqueue_jobs(&schema_pool, 0, 2, false).await;
+        let orphans = outbox_runtime::Store::new(schema_pool.clone())
+            .claim_batch("dead-worker", 2, Duration::from_millis(200), false)
+            .await
+            .unwrap();
+        assert_eq!(orphans.len(), 2);
+        schema_pools.push(schema_pool);
+    }
+
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let mut workers = Vec::new();
+    for (schema, schema_pool) in schemas.iter().zip(&schema_pools) {
+        workers.push(
+            Worker::builder(
+                schema_pool.clone(),
+                Receiver::new(pool.clone(), schema, Knobs::default()),
+            )
+            .name(*schema)
+            .maintenance_interval(Duration::from_millis(100))
+            .poll_interval(Duration::from_millis(100))
+            .events(tx.clone())
+            .start()
+            .await
+            .unwrap(),
+        );
+    }
+    for _ in schemas {
+        wait_event(&mut events, WAIT, "a maintenance leader per schema", |e| {
+            matches!(e, WorkerEvent::MaintenanceLeader)
+        })
+        .await;
+    }
+    assert_eq!(
+        maintenance_leaders(&pool).await.len(),
+        2,
+        "both leaders hold their locks at once"
+    );
+    for (schema, schema_pool) in schemas.iter().zip(&schema_pools) {
+        wait_until(
+            WAIT,
+            &format!("{schema}: orphans recovered and delivered"),
+            || async {
+                let recovered: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM outbox WHERE lease_expiries = 1 AND status = 'delivered'",
+                )
+                .fetch_one(schema_pool)
+                .await
+                .unwrap();
+                recovered == 2
+            },
+        )
+        .await;
+    }
+    for w in &workers {
+        w.shutdown().await;
+    }
 }

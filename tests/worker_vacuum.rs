@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use outbox_runtime::store::ClaimedEvent;
 use outbox_runtime::testing::TestDatabase;
-use outbox_runtime::worker::Worker;
+use outbox_runtime::worker::{Worker, WorkerEvent};
 use outbox_runtime::{Delivery, HandlerError, Sink};
 use sqlx::PgPool;
+use tokio::sync::mpsc::UnboundedReceiver;
 
 /// More than the vacuum threshold (10,000 dead row versions): each delivered and purged event
 /// leaves at least two.
@@ -62,16 +63,26 @@ async fn rows_left(pool: &PgPool) -> i64 {
         .unwrap()
 }
 
-async fn start_worker(pool: &PgPool, vacuum: bool) -> outbox_runtime::worker::WorkerHandle {
-    Worker::builder(pool.clone(), Accept)
+/// A worker with a fast maintenance interval; its test hook reports to the returned channel.
+async fn start_worker(
+    pool: &PgPool,
+    vacuum: bool,
+) -> (
+    outbox_runtime::worker::WorkerHandle,
+    UnboundedReceiver<WorkerEvent>,
+) {
+    let (tx, events) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::builder(pool.clone(), Accept)
         .concurrency(256)
         .batch_size(128)
         .retention(Some(Duration::from_millis(1)))
         .maintenance_interval(Duration::from_millis(200))
         .vacuum_without_autovacuum(vacuum)
+        .events(tx)
         .start()
         .await
-        .unwrap()
+        .unwrap();
+    (worker, events)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,7 +90,7 @@ async fn the_leader_vacuums_when_autovacuum_is_off() {
     let db = TestDatabase::new().await;
     let pool = db.pool().clone();
     table_without_autovacuum(&pool).await;
-    let worker = start_worker(&pool, true).await;
+    let (worker, _events) = start_worker(&pool, true).await;
 
     let started = Instant::now();
     let (vacuums, dead) = loop {
@@ -104,7 +115,7 @@ async fn without_the_option_dead_rows_pile_up() {
     let db = TestDatabase::new().await;
     let pool = db.pool().clone();
     table_without_autovacuum(&pool).await;
-    let worker = start_worker(&pool, false).await;
+    let (worker, mut events) = start_worker(&pool, false).await;
 
     // Wait until everything was delivered and purged and the statistics show the dead rows
     // that left behind (statistics are flushed by the backends within seconds).
@@ -121,8 +132,18 @@ async fn without_the_option_dead_rows_pile_up() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    // A few more maintenance passes: none of them may vacuum.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Three more maintenance passes of the leader (each one would have vacuumed by now): none
+    // of them may vacuum.
+    while events.try_recv().is_ok() {}
+    let mut passes = 0;
+    while passes < 3 {
+        match tokio::time::timeout(WAIT, events.recv()).await {
+            Ok(Some(WorkerEvent::MaintenanceRan { .. })) => passes += 1,
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the worker's event channel closed"),
+            Err(_) => panic!("no maintenance pass within {WAIT:?} (after {passes})"),
+        }
+    }
     worker.shutdown().await;
     let (vacuums, _) = vacuum_stats(&pool).await;
     assert_eq!(

@@ -102,6 +102,8 @@ async fn a_rarely_polling_worker_delivers_as_soon_as_the_service_wakes_it_after_
             .unwrap();
     }
     tx.commit().await.unwrap();
+    // A fixed window on purpose: the subject is that nothing happens (no wake-up, so no claim)
+    // until `wake`, and no event marks a wake-up that did not come.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
         count_status(&pool, "delivered").await,

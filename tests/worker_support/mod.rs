@@ -3,6 +3,7 @@
 //! database state (never on a timer alone), and spawning the `crash_target` worker process.
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod proxy;
 pub mod receiver;
 
 use std::future::Future;

@@ -6,6 +6,8 @@
 //! process `examples/crash_target.rs` (through `#[path]`), so both record the same way.
 #![allow(dead_code)] // each user needs a different subset
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -81,6 +83,9 @@ pub struct Receiver {
     pub pool: PgPool,
     pub worker: String,
     pub knobs: Knobs,
+    /// Deliveries that reached the receiver (counted on entry, before any knob applies), shared
+    /// by every clone: a test waits on it for "the handler is running".
+    started: Arc<AtomicU64>,
 }
 
 impl Receiver {
@@ -89,7 +94,13 @@ impl Receiver {
             pool,
             worker: worker.to_owned(),
             knobs,
+            started: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// How many deliveries reached the receiver so far.
+    pub fn started(&self) -> u64 {
+        self.started.load(Ordering::SeqCst)
     }
 
     async fn log(
@@ -125,6 +136,7 @@ impl Receiver {
     }
 
     async fn receive(&self, event: &ClaimedEvent, delivery: &Delivery) -> Result<(), HandlerError> {
+        self.started.fetch_add(1, Ordering::SeqCst);
         let k = &self.knobs;
         let attempt = delivery.attempt();
         if !k.delay.is_zero() {

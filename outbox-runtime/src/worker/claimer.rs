@@ -4,10 +4,12 @@
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use super::events::WorkerEvent;
 use super::executor::Executor;
+use super::inflight::local_lease_end;
 use super::{Shared, jittered};
 use crate::error::Result;
 
@@ -72,6 +74,9 @@ impl Claimer {
     async fn claim_into(&self, permits: Vec<OwnedSemaphorePermit>) -> Result<usize> {
         let shared = &self.shared;
         let limit = i64::try_from(permits.len()).unwrap_or(i64::MAX);
+        // Taken before the statement is sent: the database's lease cannot end before this plus
+        // the lease (see `inflight`).
+        let lease_ends = local_lease_end(Instant::now(), shared.config.lease);
         let events = shared
             .store
             .claim_batch(
@@ -98,7 +103,9 @@ impl Claimer {
                 let mut slots = Vec::with_capacity(max_batch);
                 for (event, slot) in claimed_events.by_ref().take(max_batch) {
                     let lease_lost = shared.work_cancel.child_token();
-                    shared.inflight.register(event.claim(), lease_lost.clone());
+                    shared
+                        .inflight
+                        .register(event.claim(), lease_lost.clone(), lease_ends);
                     items.push((event, lease_lost));
                     slots.push(slot);
                 }
@@ -109,7 +116,9 @@ impl Claimer {
         }
         for (event, slot) in events.into_iter().zip(permits) {
             let lease_lost = shared.work_cancel.child_token();
-            shared.inflight.register(event.claim(), lease_lost.clone());
+            shared
+                .inflight
+                .register(event.claim(), lease_lost.clone(), lease_ends);
             self.tasks
                 .spawn(self.executor.clone().run(event, lease_lost, slot));
         }

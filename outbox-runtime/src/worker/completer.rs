@@ -61,6 +61,8 @@ impl Completer {
         }
         let claims = std::mem::take(batch);
         let mut delay = Duration::from_millis(50);
+        // Set once a write failed: it may have committed before its answer was lost.
+        let mut outcome_unknown = false;
         for attempt in 1..=WRITE_ATTEMPTS {
             let written = if shared.config.deletes_on_completion() {
                 shared
@@ -71,7 +73,10 @@ impl Completer {
                 shared.store.complete_many_if_owned(&claims).await
             };
             match written {
-                Ok(lost) => {
+                Ok(mut lost) => {
+                    if outcome_unknown && !lost.is_empty() {
+                        lost = self.not_completed_earlier(lost).await;
+                    }
                     let completed: Vec<Claim> = claims
                         .iter()
                         .filter(|c| !lost.contains(c))
@@ -95,6 +100,7 @@ impl Completer {
                     return counts;
                 }
                 Err(e) if attempt < WRITE_ATTEMPTS => {
+                    outcome_unknown = true;
                     tracing::warn!(error = %e, attempt, "writing completions failed; retrying");
                     tokio::time::sleep(delay).await;
                     delay *= 2;
@@ -109,5 +115,27 @@ impl Completer {
             }
         }
         (0, 0)
+    }
+
+    /// Of the claims a retried write reported lost, the ones the earlier write whose answer was
+    /// lost had not completed: a claim that write completed is delivered, not stale.
+    async fn not_completed_earlier(&self, lost: Vec<Claim>) -> Vec<Claim> {
+        let shared = &self.shared;
+        let deleting = shared.config.deletes_on_completion();
+        match shared.store.completed_earlier(&lost, deleting).await {
+            Ok(done) => {
+                if !done.is_empty() {
+                    tracing::info!(
+                        completed = done.len(),
+                        "completions whose answer was lost had been written; counted as delivered"
+                    );
+                }
+                lost.into_iter().filter(|c| !done.contains(c)).collect()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not check whether completions whose answer was lost had been written; reporting them stale");
+                lost
+            }
+        }
     }
 }

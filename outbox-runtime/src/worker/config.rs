@@ -70,7 +70,7 @@ impl RetryPolicy {
 pub struct WorkerConfig {
     /// Outbox table to deliver from (default `outbox`).
     pub table: String,
-    /// Name recorded in `locked_by` and in logs (default `<host>-<pid>-<random>`).
+    /// Name recorded in `claimed_by` and in logs (default `<host>-<pid>-<random>`).
     pub name: String,
     /// Deliveries running at once (default 64).
     pub concurrency: usize,
@@ -83,7 +83,8 @@ pub struct WorkerConfig {
     pub lease: Duration,
     /// Renew leases of running deliveries (default true). Off only to test lease expiry.
     pub renewal: bool,
-    /// How often running deliveries' leases are renewed (default a third of the lease).
+    /// How often running deliveries' leases are renewed (default a third of the lease; must be
+    /// shorter than nine tenths of the lease, when the worker gives up a lease not renewed).
     pub renew_interval: Option<Duration>,
     /// Backoff between attempts.
     pub retry: RetryPolicy,
@@ -185,10 +186,13 @@ impl WorkerConfig {
                 self.lease
             )));
         }
-        if self.renewal && self.renew_every() >= self.lease {
+        // The worker gives a lease up a tenth before its end unless a renewal succeeded by then
+        // (see `inflight`), so the first renewal must come before that.
+        let renew_before = self.lease - super::inflight::safety_margin(self.lease);
+        if self.renewal && self.renew_every() >= renew_before {
             return Err(Error::Config(format!(
-                "renew_interval {:?} is not shorter than the lease {:?}: leases would expire before renewal; \
-                 use about a third of the lease",
+                "renew_interval {:?} is not shorter than nine tenths of the lease {:?} ({renew_before:?}): \
+                 leases would be given up before their renewal; use about a third of the lease",
                 self.renew_every(),
                 self.lease
             )));
@@ -222,7 +226,7 @@ impl WorkerConfig {
     }
 }
 
-/// `<host>-<pid>-<6 random hex digits>`: unique per worker, readable in `locked_by`.
+/// `<host>-<pid>-<6 random hex digits>`: unique per worker, readable in `claimed_by`.
 pub fn default_worker_name() -> String {
     let host = std::env::var("HOSTNAME")
         .ok()
@@ -287,6 +291,16 @@ mod tests {
                 .to_string()
                 .contains("renew_interval")
         );
+        // Renewing later than the local lease end (nine tenths of the lease) cannot work either.
+        c.renew_interval = Some(c.lease.mul_f64(0.95));
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("nine tenths")
+        );
+        c.renew_interval = Some(c.lease.mul_f64(0.85));
+        c.validate().unwrap();
         let c = WorkerConfig::new("Bad-Name");
         assert!(c.validate().is_err());
     }

@@ -17,7 +17,8 @@ pub enum WorkerEvent {
     ListenerLost,
     /// A claim statement returned these claims (never sent for an empty claim).
     ClaimedBatch(Vec<Claim>),
-    /// One completion statement ran: these claims were completed, these were stale.
+    /// One completion statement ran: these claims were completed, these were stale. After a
+    /// write whose answer was lost, claims that write had completed count as completed.
     CompletedBatch {
         /// Claims completed.
         completed: Vec<Claim>,
@@ -28,11 +29,13 @@ pub enum WorkerEvent {
     Failed(Claim, FailOutcome),
     /// A handler panicked; the event was failed permanently.
     Panicked(Claim),
-    /// The renewer found this claim lost and cancelled its delivery's `lease_lost` token.
+    /// The renewer found this claim lost, or saw its lease end by the local clock without a
+    /// successful renewal, and cancelled its delivery's `lease_lost` token.
     LeaseLost(Claim),
     /// The renewer extended this many leases.
     Renewed(usize),
-    /// A claimed but unstarted event was handed back without charging an attempt.
+    /// An event was handed back at shutdown without charging an attempt: claimed but not
+    /// started, or its delivery was interrupted by the shutdown deadline.
     Released(Claim),
     /// This worker became the maintenance leader.
     MaintenanceLeader,

@@ -1,7 +1,13 @@
 //! Runs claimed events through the sink: ONE event per call ([`Executor::run`]), or a chunk in
 //! one `Sink::deliver_batch` call when the sink has a batch API ([`Executor::run_batch`]). Each
 //! has its tracing span, panic catching, and sends every outcome where it belongs (completer on
-//! success, `fail_if_owned` on failure, `release_if_owned` when shutdown came before it started).
+//! success, `fail_if_owned` on failure, `release_if_owned` when shutdown came before it started
+//! or stopped it before it finished).
+//!
+//! A delivery that shutdown interrupted is handed back like an unstarted claim, its attempt not
+//! charged and no handler failure recorded: abandoned after the grace, or ended with a retryable
+//! error after its `lease_lost` token was cancelled by the shutdown deadline. The worker left;
+//! the event did not fail, and on its last attempt it must not be exhausted for it.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -80,7 +86,7 @@ impl Executor {
             drop(slot);
             match outcome {
                 Outcome::Delivered => self.delivered(claim),
-                Outcome::Failed(error) => self.fail(&event, &error).await,
+                Outcome::Failed(error) => self.failed(&event, &error).await,
                 Outcome::Panicked(message) => {
                     shared.counters.panicked();
                     shared.hook.emit(|| WorkerEvent::Panicked(claim));
@@ -89,9 +95,8 @@ impl Executor {
                     self.fail(&event, &error).await;
                 }
                 Outcome::Abandoned => {
-                    tracing::warn!("shutdown grace ended while the handler was running; handing the event back");
-                    let error = HandlerError::retry_after("worker shut down during delivery", Duration::ZERO);
-                    self.fail(&event, &error).await;
+                    tracing::warn!("shutdown grace ended while the handler was running; handing the event back without charging the attempt");
+                    self.release(claim).await;
                 }
             }
         }
@@ -159,10 +164,9 @@ impl Executor {
                     }
                 }
                 Ok(None) => {
-                    tracing::warn!("shutdown grace ended while a batch was being delivered; handing the events back");
-                    let error = HandlerError::retry_after("worker shut down during delivery", Duration::ZERO);
+                    tracing::warn!("shutdown grace ended while a batch was being delivered; handing the events back without charging their attempts");
                     for (event, _) in &batch {
-                        self.fail(event, &error).await;
+                        self.release(event.claim()).await;
                     }
                 }
             }
@@ -190,7 +194,7 @@ impl Executor {
         for (event, _) in batch {
             match results.next() {
                 Some(Ok(())) => self.delivered(event.claim()),
-                Some(Err(error)) => self.fail(event, &error).await,
+                Some(Err(error)) => self.failed(event, &error).await,
                 None => {
                     let error = HandlerError::retry(format!(
                         "the sink's deliver_batch returned {returned} results for {} events; this event got none",
@@ -209,6 +213,19 @@ impl Executor {
             // The completer is gone (only during a forced stop): leave the event to lease
             // expiry, and so to another delivery, rather than guess.
             self.shared.inflight.remove(&claim);
+        }
+    }
+
+    /// The handler reported a failure. After the shutdown deadline told it to stop, a
+    /// retryable failure is the worker leaving, not the event failing: the event is handed back
+    /// uncharged. A permanent failure is the handler's verdict on the event and is recorded.
+    async fn failed(&self, event: &ClaimedEvent, error: &HandlerError) {
+        let stopped_by_shutdown = self.shared.work_cancel.is_cancelled();
+        if stopped_by_shutdown && !matches!(error.kind, FailureKind::Permanent) {
+            tracing::info!(error = %error, "the handler stopped because the worker is shutting down; handing the event back without charging the attempt");
+            self.release(event.claim()).await;
+        } else {
+            self.fail(event, error).await;
         }
     }
 
@@ -254,7 +271,8 @@ impl Executor {
         }
     }
 
-    /// Hand back a claim that never reached the sink, without charging its attempt.
+    /// Hand back a claim that never reached the sink, or whose delivery shutdown interrupted,
+    /// without charging its attempt.
     async fn release(&self, claim: Claim) {
         let shared = &self.shared;
         shared.inflight.remove(&claim);

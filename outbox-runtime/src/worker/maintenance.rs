@@ -19,11 +19,16 @@ use super::events::WorkerEvent;
 use super::vacuum::{VacuumOutcome, vacuum_if_needed};
 use crate::error::Result;
 
-/// Take leadership of one table's maintenance if nobody holds it (the key is derived from the
-/// table name, so every table has its own leader).
-const TRY_LEAD: &str = "SELECT pg_try_advisory_lock(hashtext('outbox.maintenance.' || $1))";
-/// Give leadership up at shutdown.
-const STOP_LEADING: &str = "SELECT pg_advisory_unlock(hashtext('outbox.maintenance.' || $1))";
+/// Take leadership of one table's maintenance if nobody holds it. The key is the table itself,
+/// resolved through the connection's search_path to its oid: two tables of one name in two
+/// schemas are two tables, each with its own leader. Returns whether the lock was taken (NULL
+/// when no such table is visible) and the oid key, kept to give the same lock up.
+/// $1: the table name.
+const TRY_LEAD: &str = "\
+SELECT pg_try_advisory_lock(hashtext('outbox.maintenance'), t.key) AS taken, t.key
+FROM (SELECT to_regclass($1)::oid::int4 AS key) AS t";
+/// Give leadership up at shutdown. $1: the key [`TRY_LEAD`] returned.
+const STOP_LEADING: &str = "SELECT pg_advisory_unlock(hashtext('outbox.maintenance'), $1)";
 /// Check the leader's connection (and so its lock) is still alive.
 const STILL_LEADING: &str = "SELECT 1";
 
@@ -51,6 +56,8 @@ pub(crate) struct Maintenance {
     pub(crate) shared: Arc<Shared>,
     conn: Option<PgConnection>,
     leader: bool,
+    /// The second half of the advisory lock's key (the table's oid), once resolved.
+    lock_key: Option<i32>,
     batch: i64,
     /// Set once the leader found it may not vacuum the table (warned once, not retried).
     vacuum_refused: bool,
@@ -63,6 +70,7 @@ impl Maintenance {
             shared,
             conn: None,
             leader: false,
+            lock_key: None,
             batch,
             vacuum_refused: false,
         }
@@ -215,18 +223,24 @@ impl Maintenance {
             self.conn = Some(options.connect().await?);
         }
         let conn = self.conn.as_mut().expect("connected above");
-        match sqlx::query_scalar::<_, bool>(TRY_LEAD)
+        match sqlx::query_as::<_, (Option<bool>, Option<i32>)>(TRY_LEAD)
             .bind(&self.shared.config.table)
             .fetch_one(&mut *conn)
             .await
         {
-            Ok(true) => {
+            Ok((Some(true), key)) => {
+                self.lock_key = key;
                 self.leader = true;
                 tracing::info!(worker = %self.shared.config.name, table = %self.shared.config.table, "this worker now runs maintenance");
                 self.shared.hook.emit(|| WorkerEvent::MaintenanceLeader);
                 Ok(true)
             }
-            Ok(false) => Ok(false),
+            Ok((Some(false), _)) => Ok(false),
+            Ok((None, _)) => Err(crate::error::Error::Config(format!(
+                "the outbox table `{}` is not visible on the maintenance connection's search_path; \
+                 create it, or point the pool's search_path at its schema",
+                self.shared.config.table
+            ))),
             Err(e) => {
                 self.conn = None;
                 Err(e.into())
@@ -236,11 +250,8 @@ impl Maintenance {
 
     async fn stop_leading(&mut self) {
         if let Some(mut conn) = self.conn.take() {
-            if self.leader {
-                let _ = sqlx::query(STOP_LEADING)
-                    .bind(&self.shared.config.table)
-                    .execute(&mut conn)
-                    .await;
+            if let (true, Some(key)) = (self.leader, self.lock_key) {
+                let _ = sqlx::query(STOP_LEADING).bind(key).execute(&mut conn).await;
             }
             let _ = conn.close().await;
         }

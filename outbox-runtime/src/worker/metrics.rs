@@ -2,7 +2,9 @@
 //!
 //! Metrics go through the `metrics` crate facade, so a service picks the exporter (Prometheus,
 //! StatsD, ...). Every series carries a `table` label. Counters are incremented by the worker that
-//! saw the event; gauges are refreshed by the maintenance leader only (one writer per table).
+//! saw the event, and registered at zero when the worker starts, so a rate or an alert has a
+//! series before the first event; gauges are refreshed by the maintenance leader only (one
+//! writer per table).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -18,10 +20,22 @@ pub const EXHAUSTED_TOTAL: &str = "outbox_exhausted_total";
 pub const STALE_COMPLETIONS_TOTAL: &str = "outbox_stale_completions_total";
 /// Leases extended by the renewer.
 pub const LEASE_RENEWALS_TOTAL: &str = "outbox_lease_renewals_total";
-/// Leases the renewer found lost (the handler was told through `Delivery::lease_lost`).
+/// Leases the renewer found lost, or saw end by the local clock without a successful renewal
+/// (the handler was told through `Delivery::lease_lost`).
 pub const LEASE_LOST_TOTAL: &str = "outbox_lease_lost_total";
-/// Claimed but unstarted events handed back at shutdown without charging an attempt.
+/// Events handed back at shutdown without charging an attempt: claimed but unstarted, or
+/// interrupted by the shutdown deadline.
 pub const RELEASED_TOTAL: &str = "outbox_released_total";
+/// Every counter above, each registered at zero (with its `table` label) when a worker starts.
+pub const COUNTERS: &[&str] = &[
+    DELIVERED_TOTAL,
+    RETRIED_TOTAL,
+    EXHAUSTED_TOTAL,
+    STALE_COMPLETIONS_TOTAL,
+    LEASE_RENEWALS_TOTAL,
+    LEASE_LOST_TOTAL,
+    RELEASED_TOTAL,
+];
 /// Rows waiting to be claimed.
 pub const PENDING: &str = "outbox_pending";
 /// Rows claimed by some worker.
@@ -47,7 +61,7 @@ pub struct WorkerCounters {
     pub lease_renewals: u64,
     /// Leases found lost.
     pub lease_lost: u64,
-    /// Claims handed back unstarted.
+    /// Claims handed back at shutdown (unstarted or interrupted).
     pub released: u64,
     /// Handlers that panicked.
     pub panics: u64,
@@ -68,7 +82,11 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
+    /// The counters of a worker on `table`; registers every counter series at zero.
     pub(crate) fn new(table: &str) -> Self {
+        for &name in COUNTERS {
+            metrics::counter!(name, "table" => table.to_owned()).increment(0);
+        }
         Counters {
             table: table.to_owned(),
             delivered: AtomicU64::new(0),

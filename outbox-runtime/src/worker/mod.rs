@@ -8,7 +8,8 @@
 //!                                                           |  ok        | error / panic
 //!   renewer: renew_many_if_owned(in-flight) every lease/3   v            v
 //!            lost -> Delivery::lease_lost cancelled      completer    fail_if_owned
-//!                                                 (complete_many_if_owned in batches)
+//!            (also: no successful renewal by the     (complete_many_if_owned in batches)
+//!             lease's end on the local clock)
 //!   maintenance (one leader per table, advisory lock): recover_expired, purge_delivered, gauges,
 //!                VACUUM where autovacuum is off
 //! ```
@@ -50,8 +51,10 @@
 //! [`WorkerHandle::shutdown`] stops claiming, lets running deliveries finish within
 //! [`WorkerBuilder::shutdown_deadline`], hands claimed-but-unstarted events back without
 //! charging an attempt, writes pending completions, then cancels the remaining deliveries'
-//! `lease_lost` tokens and, after a short grace, abandons them (recorded as a failed attempt so
-//! they are retried at once by another worker).
+//! `lease_lost` tokens and, after a short grace, abandons them. A delivery that stopped on that
+//! cancellation with a retryable error, or was abandoned, is handed back like an unstarted
+//! claim: pending at once, its attempt not charged, no handler failure recorded (the worker
+//! left; the event did not fail, and must not be exhausted for it on its last attempt).
 //!
 //! # Example
 //!
@@ -213,7 +216,7 @@ impl WorkerBuilder {
         self
     }
 
-    /// Worker name, recorded in `locked_by` (default `<host>-<pid>-<random>`).
+    /// Worker name, recorded in `claimed_by` (default `<host>-<pid>-<random>`).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.config.name = name.into();
         self

@@ -2,13 +2,22 @@
 //! extends all of this worker's in-flight claims. A claim the database no longer gives us was
 //! lost (lease expired and recovered, or claimed elsewhere): its delivery is told through
 //! `Delivery::lease_lost`.
+//!
+//! The database cannot say so during a partition: statements hang, with neither an answer nor
+//! an error, while the leases run out there all the same. So the renewer also watches each
+//! claim's lease end by the local monotonic clock (see `inflight`), between renewals and while
+//! a renewal hangs, and tells the delivery once that end passed without a successful renewal.
 
+use std::future::Future;
+use std::pin::pin;
 use std::sync::Arc;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use super::events::WorkerEvent;
+use super::inflight::local_lease_end;
 use crate::error::Result;
 
 /// What one renewal pass did.
@@ -28,12 +37,16 @@ impl Renewer {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tokio::select! {
+            let renewal = async {
+                tick.tick().await;
+                self.run_once().await
+            };
+            let result = tokio::select! {
                 biased;
                 () = stop.cancelled() => break,
-                _ = tick.tick() => {}
-            }
-            match self.run_once().await {
+                result = self.expiring_while(renewal) => result,
+            };
+            match result {
                 Ok(c) if c.lost > 0 => tracing::warn!(
                     worker = %self.shared.config.name,
                     renewed = c.renewed,
@@ -49,18 +62,67 @@ impl Renewer {
         }
     }
 
+    /// Run `work` (a wait for the next tick and a renewal, which may hang for as long as the
+    /// database is unreachable), giving up every lease whose local end passes meanwhile.
+    async fn expiring_while<T>(&self, work: impl Future<Output = T>) -> T {
+        let mut work = pin!(work);
+        // Claims registered while we sleep end no earlier than a lease minus the margin from
+        // now, later than one renew interval from now (validated), so waking at least once per
+        // interval finds every end in time.
+        let at_most = self.shared.config.renew_every();
+        loop {
+            let check_at = match self.shared.inflight.next_lease_end() {
+                Some(end) => end.min(Instant::now() + at_most),
+                None => Instant::now() + at_most,
+            };
+            tokio::select! {
+                biased;
+                out = &mut work => return out,
+                () = tokio::time::sleep_until(check_at) => self.give_up_ended_leases(),
+            }
+        }
+    }
+
+    /// Tell every delivery whose lease ended by the local clock, without a successful renewal,
+    /// that its lease is gone.
+    fn give_up_ended_leases(&self) {
+        let shared = &self.shared;
+        let ended = shared.inflight.expire(Instant::now());
+        if ended.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            worker = %shared.config.name,
+            leases = ended.len(),
+            rows = ?ended.iter().map(|c| c.id).collect::<Vec<_>>(),
+            "no renewal reached the database before these leases ended by the local clock (is the database reachable?); the affected handlers were told to stop"
+        );
+        for claim in &ended {
+            shared.hook.emit(|| WorkerEvent::LeaseLost(*claim));
+        }
+        shared.counters.lease_lost(ended.len() as u64);
+    }
+
     pub(crate) async fn run_once(&self) -> Result<RenewCounts> {
         let shared = &self.shared;
         let claims = shared.inflight.claims();
         if claims.is_empty() {
             return Ok(RenewCounts::default());
         }
+        // Taken before the statement is sent (see `inflight`).
+        let lease_ends = local_lease_end(Instant::now(), shared.config.lease);
         let lost = shared
             .store
             .renew_many_if_owned(&claims, shared.config.lease)
             .await?;
+        let renewed: Vec<_> = claims
+            .iter()
+            .filter(|c| !lost.contains(c))
+            .copied()
+            .collect();
+        shared.inflight.renewed(&renewed, lease_ends);
         let mut counts = RenewCounts {
-            renewed: claims.len() - lost.len(),
+            renewed: renewed.len(),
             lost: 0,
         };
         for claim in lost {

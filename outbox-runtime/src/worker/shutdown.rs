@@ -3,7 +3,8 @@
 //! Shutdown has three phases, each with its own token: `claim_stop` (stop claiming; unstarted
 //! claims are released), `work_cancel` after the deadline (running deliveries see
 //! `Delivery::lease_lost` cancelled), and `abort` after a short grace (deliveries still running
-//! are abandoned and recorded as a failed attempt, so another worker retries them at once).
+//! are abandoned). Interrupted deliveries are handed back without charging their attempt, so
+//! another worker delivers them at once (see `executor`).
 //! The completer, renewer and maintenance stop last: renewal must go on while deliveries drain,
 //! and completions must be written before the worker says it stopped.
 
@@ -70,7 +71,7 @@ impl WorkerHandle {
         *self.stopped.borrow()
     }
 
-    /// The worker's name (as recorded in `locked_by`).
+    /// The worker's name (as recorded in `claimed_by`).
     pub fn name(&self) -> &str {
         &self.shared.config.name
     }
