@@ -1,0 +1,463 @@
+//! A witness for every guard: each predicate of each WHERE clause of each statement that writes
+//! rows has a row state in which it alone decides. The witness runs the statement as written
+//! and the statement with that predicate replaced by `TRUE` (edited at test time) on the same
+//! rows, and the two must change different rows. So a guard nobody defends (removing it breaks
+//! no test) cannot exist: removing it from the SQL file leaves its witness without a predicate,
+//! and a new predicate without a witness fails `every_predicate_has_a_witness`.
+//!
+//! The predicates are read from the SQL files (`outbox_runtime::store::sql::STATEMENTS`,
+//! rendered for the table `outbox`) by `guards_support/parse.rs`: the top-level AND-ed conjuncts
+//! of every WHERE, nested ones included (a CTE's, a `NOT EXISTS` subquery's); a parenthesised
+//! conjunct is one predicate. A statement of a shape the reader does not know fails loudly.
+//! SET lists and RETURNING clauses are not read, so changing them needs no new witness.
+//!
+//! # Adding a witness (a new guard, or a changed one)
+//!
+//! `every_predicate_has_a_witness` prints the statement and the predicate text that lack one.
+//! Add an entry to [`witnesses`]:
+//!
+//! ```text
+//! witness("complete", "lease_until > now()")      // statement name, predicate as printed
+//!     .row("a", EXPIRED)                          // rows: a label and a SET list on a default
+//!                                                 //   pending row; inserted in order (ids ascend)
+//!     .params([Id("a"), Int(1)])                  // $1, $2, ... (Id/Ids/EventId name rows)
+//!     .without([Updated("a")]),                   // what changes once the predicate is TRUE
+//! ```
+//!
+//! `.real([...])` says what the statement as written changes (default: nothing), for predicates
+//! that restrict a blocker (inside `NOT EXISTS`) and so let more rows through when they hold.
+//! `.forbidden_by_schema()` marks a state the status CHECKs refuse (the runner proves they do,
+//! then drops them inside the rolled-back transaction). `.implied("why")` marks a predicate no
+//! row state can make decide (kept for an index); the runner checks removing it changes nothing.
+//! A statement that only reads goes in [`READ_ONLY`] (the test checks it writes nothing).
+//! Every witness runs in its own rolled-back transaction on one test database, so `now()` is
+//! one instant for the setup and both runs.
+
+mod guards_support;
+
+use std::collections::BTreeMap;
+
+use guards_support::Change::{Deleted, Updated};
+use guards_support::Param::{Bool, EventId, Id, Ids, Int, Ints, NoEventId, Text};
+use guards_support::parse::{Predicate, predicates, strip_comments, without, writes};
+use guards_support::{Change, Param, Witness, play, witness};
+use outbox_runtime::store::sql::{STATEMENTS, TABLE_PLACEHOLDER};
+use outbox_runtime::testing::TestDatabase;
+
+/// Statements that change no row: their filters decide what is read, not what is written.
+const READ_ONLY: &[&str] = &[
+    "existing_by_key",
+    "count_delivered",
+    "gauges",
+    "exhausted_events",
+];
+
+/// Claimed by someone (claim 1) whose lease is live.
+const LIVE: &str = "status = 'processing', claim_version = 1, attempts = 1, lease_until = now() + interval '1 hour'";
+/// Claimed by someone (claim 1) whose lease ran out.
+const EXPIRED: &str = "status = 'processing', claim_version = 1, attempts = 1, lease_until = now() - interval '1 minute'";
+/// Not claimed any more, though a lease time is still written (the schema allows it).
+const PENDING_WITH_LEASE: &str =
+    "claim_version = 1, attempts = 1, lease_until = now() + interval '1 hour'";
+/// Pending, not available for an hour (a backoff).
+const LATER: &str = "available_at = now() + interval '1 hour'";
+const DELIVERED: &str = "status = 'delivered', delivered_at = now()";
+const EXHAUSTED: &str = "status = 'exhausted', exhausted_at = now(), attempts = 3";
+
+const ONE_MINUTE_US: i64 = 60_000_000;
+const ONE_HOUR_US: i64 = 3_600_000_000;
+
+/// The four fences of a statement that acts on one claim (id, claim_version, status
+/// processing, live lease), with its parameters for row `a` claimed as claim 1.
+fn fenced(
+    statement: &'static str,
+    batched: bool,
+    params: fn(ids: &'static [&'static str], version: i64) -> Vec<Param>,
+    effect: fn(&'static str) -> Change,
+) -> Vec<Witness> {
+    let p = |pred: &'static str| if batched { pred_batched(pred) } else { pred };
+    vec![
+        // Another row's id (none): only the id decides.
+        witness(statement, p("id = $1"))
+            .row("a", LIVE)
+            .params(params(&["nothing"], 1))
+            .without([effect("a")]),
+        // An earlier claim of the row: only the version decides.
+        witness(statement, p("claim_version = $2"))
+            .row("a", LIVE)
+            .params(params(&["a"], 0))
+            .without([effect("a")]),
+        witness(statement, p("status = 'processing'"))
+            .row("a", PENDING_WITH_LEASE)
+            .params(params(&["a"], 1))
+            .without([effect("a")]),
+        witness(statement, p("lease_until > now()"))
+            .row("a", EXPIRED)
+            .params(params(&["a"], 1))
+            .without([effect("a")]),
+    ]
+}
+
+/// The batched statements spell the same fences against `unnest(...) AS c`.
+fn pred_batched(single: &'static str) -> &'static str {
+    match single {
+        "id = $1" => "o.id = c.id",
+        "claim_version = $2" => "o.claim_version = c.claim_version",
+        "status = 'processing'" => "o.status = 'processing'",
+        "lease_until > now()" => "o.lease_until > now()",
+        other => other,
+    }
+}
+
+/// `id` of the first row named, or an id no row has.
+fn one_id(ids: &'static [&'static str]) -> Param {
+    if ids == ["nothing"] {
+        Int(-1)
+    } else {
+        Id(ids[0])
+    }
+}
+
+fn many_ids(ids: &'static [&'static str]) -> Param {
+    if ids == ["nothing"] {
+        Ints(&[-1])
+    } else {
+        Ids(ids)
+    }
+}
+
+fn versions(version: i64) -> Param {
+    match version {
+        0 => Ints(&[0]),
+        _ => Ints(&[1]),
+    }
+}
+
+fn witnesses() -> Vec<Witness> {
+    let mut all = Vec::new();
+    all.extend(fenced(
+        "complete",
+        false,
+        |ids, v| vec![one_id(ids), Int(v)],
+        Updated,
+    ));
+    all.extend(fenced(
+        "complete_many",
+        true,
+        |ids, v| vec![many_ids(ids), versions(v)],
+        Updated,
+    ));
+    all.extend(fenced(
+        "complete_many_delete",
+        true,
+        |ids, v| vec![many_ids(ids), versions(v)],
+        Deleted,
+    ));
+    all.extend(fenced(
+        "renew",
+        false,
+        |ids, v| vec![one_id(ids), Int(v), Int(ONE_MINUTE_US)],
+        Updated,
+    ));
+    all.extend(fenced(
+        "renew_many",
+        true,
+        |ids, v| vec![many_ids(ids), versions(v), Int(ONE_MINUTE_US)],
+        Updated,
+    ));
+    all.extend(fenced(
+        "fail",
+        false,
+        |ids, v| {
+            vec![
+                one_id(ids),
+                Int(v),
+                Text("receiver said no"),
+                Int(ONE_MINUTE_US),
+                Bool(false),
+            ]
+        },
+        Updated,
+    ));
+    all.extend(fenced(
+        "release",
+        false,
+        |ids, v| vec![one_id(ids), Int(v)],
+        Updated,
+    ));
+
+    let claim = || [Int(10), Int(ONE_MINUTE_US), Text("worker-w")];
+    for (statement, prefix) in [("claim_batch", ""), ("claim_batch_ordered", "o.")] {
+        let p = |pred: &str| -> &'static str { format!("{prefix}{pred}").leak() };
+        all.extend([
+            witness(statement, "o.id = ANY (ARRAY(SELECT id FROM candidates))")
+                .row("a", LATER)
+                .params(claim())
+                .without([Updated("a")]),
+            witness(statement, p("delivered_at IS NULL"))
+                .row("a", "delivered_at = now()")
+                .forbidden_by_schema()
+                .params(claim())
+                .without([Updated("a")]),
+            witness(statement, p("exhausted_at IS NULL"))
+                .row("a", "exhausted_at = now()")
+                .forbidden_by_schema()
+                .params(claim())
+                .without([Updated("a")]),
+            witness(statement, p("available_at <= now()"))
+                .row("a", LATER)
+                .params(claim())
+                .without([Updated("a")]),
+            // A live claim is not claimed again: the double-delivery guard.
+            witness(statement, p("status = 'pending'"))
+                .row("a", LIVE)
+                .params(claim())
+                .without([Updated("a")]),
+        ]);
+    }
+
+    // The ordered claim's aggregate rule. `b` waits while an earlier event of its aggregate is
+    // open; the NOT EXISTS predicates narrow what blocks `b`, so without one of them `b` (or
+    // `a` itself) is blocked where it should not be.
+    let ordered = "claim_batch_ordered";
+    const ORDER_A: &str = "aggregate_type = 'order', aggregate_id = 'A'";
+    all.extend([
+        witness(
+            ordered,
+            "(o.aggregate_id IS NULL OR NOT EXISTS ( SELECT 1 FROM outbox AS e WHERE \
+             e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id AND e.id < \
+             o.id AND e.delivered_at IS NULL AND e.exhausted_at IS NULL))",
+        )
+        .row("a", "aggregate_type = 'order', aggregate_id = 'A', status = 'processing', claim_version = 1, lease_until = now() + interval '1 hour'")
+        .row("b", ORDER_A)
+        .params(claim())
+        .without([Updated("b")]),
+        witness(ordered, "e.aggregate_type = o.aggregate_type")
+            .row("a", "aggregate_type = 'invoice', aggregate_id = 'A', status = 'processing', claim_version = 1, lease_until = now() + interval '1 hour'")
+            .row("b", ORDER_A)
+            .params(claim())
+            .real([Updated("b")]),
+        witness(ordered, "e.aggregate_id = o.aggregate_id")
+            .row("a", "aggregate_type = 'order', aggregate_id = 'Z', status = 'processing', claim_version = 1, lease_until = now() + interval '1 hour'")
+            .row("b", ORDER_A)
+            .params(claim())
+            .real([Updated("b")]),
+        // Without `e.id < o.id` an open event blocks itself.
+        witness(ordered, "e.id < o.id")
+            .row("a", ORDER_A)
+            .params(claim())
+            .real([Updated("a")]),
+        witness(ordered, "e.delivered_at IS NULL")
+            .row("a", "aggregate_type = 'order', aggregate_id = 'A', status = 'delivered', delivered_at = now()")
+            .row("b", ORDER_A)
+            .params(claim())
+            .real([Updated("b")]),
+        // An exhausted event does not hold its aggregate back (see claim_batch_ordered.sql).
+        witness(ordered, "e.exhausted_at IS NULL")
+            .row("a", "aggregate_type = 'order', aggregate_id = 'A', status = 'exhausted', exhausted_at = now(), attempts = 3")
+            .row("b", ORDER_A)
+            .params(claim())
+            .real([Updated("b")]),
+    ]);
+
+    let recover = "recover_expired";
+    all.extend([
+        witness(recover, "o.id = ANY (ARRAY(SELECT id FROM expired))")
+            .row("a", LIVE)
+            .params([Int(10)])
+            .without([Updated("a")]),
+        witness(recover, "delivered_at IS NULL")
+            .row("a", "status = 'processing', claim_version = 1, lease_until = now() - interval '1 minute', delivered_at = now()")
+            .forbidden_by_schema()
+            .params([Int(10)])
+            .without([Updated("a")]),
+        witness(recover, "exhausted_at IS NULL")
+            .row("a", "status = 'processing', claim_version = 1, lease_until = now() - interval '1 minute', exhausted_at = now()")
+            .forbidden_by_schema()
+            .params([Int(10)])
+            .without([Updated("a")]),
+        witness(recover, "status = 'processing'")
+            .row("a", "claim_version = 1, lease_until = now() - interval '1 minute'")
+            .params([Int(10)])
+            .without([Updated("a")]),
+        // A live lease is never taken away: the guard against recovering a working claim.
+        witness(recover, "lease_until <= now()")
+            .row("a", LIVE)
+            .params([Int(10)])
+            .without([Updated("a")]),
+    ]);
+
+    let purge = "purge_delivered";
+    all.extend([
+        witness(
+            purge,
+            "id = ANY (ARRAY( SELECT id FROM outbox WHERE delivered_at IS NOT NULL AND \
+             delivered_at < now() - $1::bigint * interval '1 microsecond' ORDER BY delivered_at \
+             LIMIT $2 FOR UPDATE SKIP LOCKED ))",
+        )
+        .row("a", DELIVERED)
+        .params([Int(ONE_HOUR_US), Int(10)])
+        .without([Deleted("a")]),
+        witness(purge, "delivered_at IS NOT NULL")
+            .row("a", "")
+            .row("b", LIVE)
+            .row("c", EXHAUSTED)
+            .params([Int(0), Int(10)])
+            .implied(
+                "`delivered_at < now() - ...` is a strict comparison, false for a NULL \
+                 delivered_at; the predicate spells out the purge index's WHERE",
+            ),
+        // Retention is honoured: a row delivered just now stays for the hour.
+        witness(
+            purge,
+            "delivered_at < now() - $1::bigint * interval '1 microsecond'",
+        )
+        .row("a", DELIVERED)
+        .params([Int(ONE_HOUR_US), Int(10)])
+        .without([Deleted("a")]),
+    ]);
+
+    all.extend([
+        witness("retry_exhausted", "event_id = $1")
+            .row("a", EXHAUSTED)
+            .params([NoEventId])
+            .without([Updated("a")]),
+        // Only exhausted rows are retried: a pending or claimed row keeps its attempts.
+        witness("retry_exhausted", "exhausted_at IS NOT NULL")
+            .row("a", "attempts = 2")
+            .params([EventId("a")])
+            .without([Updated("a")]),
+        witness("retry_exhausted_of_type", "event_type = $1")
+            .row("a", EXHAUSTED)
+            .params([Text("another.event")])
+            .without([Updated("a")]),
+        witness("retry_exhausted_of_type", "exhausted_at IS NOT NULL")
+            .row("a", "attempts = 2")
+            .params([Text("witness.event")])
+            .without([Updated("a")]),
+    ]);
+    all
+}
+
+/// A statement's comment-free text, rendered for the table `outbox`.
+fn rendered(name: &str, template: &str) -> String {
+    strip_comments(&template.replace(TABLE_PLACEHOLDER, "outbox"))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// `text #n` for the n-th occurrence (n > 1) of a predicate text in its statement.
+fn key(predicate: &Predicate) -> String {
+    match predicate.occurrence {
+        1 => predicate.text.clone(),
+        n => format!("{} #{n}", predicate.text),
+    }
+}
+
+/// The predicates of every statement that writes, by statement name.
+fn guarded_statements() -> BTreeMap<&'static str, (String, Vec<Predicate>)> {
+    let mut out = BTreeMap::new();
+    for (name, template) in STATEMENTS {
+        let text = rendered(name, template);
+        if READ_ONLY.contains(name) {
+            assert!(
+                !writes(&text).unwrap_or_else(|e| panic!("{name}: {e}")),
+                "{name} is listed as read-only but writes rows: give its predicates witnesses"
+            );
+            continue;
+        }
+        let found = predicates(name, &text).unwrap_or_else(|e| panic!("{e}"));
+        out.insert(*name, (text, found));
+    }
+    out
+}
+
+#[test]
+fn every_predicate_has_a_witness_and_every_witness_a_predicate() {
+    let statements = guarded_statements();
+    let witnesses = witnesses();
+    let mut problems = Vec::new();
+    for (name, (_, found)) in &statements {
+        for predicate in found {
+            let key = key(predicate);
+            let count = witnesses
+                .iter()
+                .filter(|w| w.statement == *name && w.predicate == key)
+                .count();
+            if count == 0 {
+                problems.push(format!(
+                    "predicate `{key}` of {name}.sql has no witness (add one to witnesses() in tests/store_guards.rs)"
+                ));
+            } else if count > 1 {
+                problems.push(format!(
+                    "predicate `{key}` of {name}.sql has {count} witnesses"
+                ));
+            }
+        }
+    }
+    for w in &witnesses {
+        let known = statements
+            .get(w.statement)
+            .is_some_and(|(_, found)| found.iter().any(|p| key(p) == w.predicate));
+        if !known {
+            problems.push(format!(
+                "the witness `{}` names no predicate of {}.sql (was the guard removed or reworded?)",
+                w.predicate, w.statement
+            ));
+        }
+    }
+    let counted: usize = statements.values().map(|(_, found)| found.len()).sum();
+    println!(
+        "{counted} predicates in {} writing statements, {} witnesses",
+        statements.len(),
+        witnesses.len()
+    );
+    assert!(problems.is_empty(), "\n{}", problems.join("\n"));
+    // The statements the issue names are all read and guarded.
+    for name in [
+        "claim_batch",
+        "claim_batch_ordered",
+        "complete",
+        "complete_many",
+        "complete_many_delete",
+        "renew",
+        "renew_many",
+        "fail",
+        "release",
+        "recover_expired",
+        "purge_delivered",
+        "retry_exhausted",
+        "retry_exhausted_of_type",
+    ] {
+        assert!(
+            statements
+                .get(name)
+                .is_some_and(|(_, found)| !found.is_empty()),
+            "{name} has no predicates"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_witness_shows_its_predicate_decides() {
+    let statements = guarded_statements();
+    let db = TestDatabase::with_pool_size(2).await;
+    let mut conn = db.connect().await;
+    let mut failures = Vec::new();
+    let witnesses = witnesses();
+    for w in &witnesses {
+        let Some((text, found)) = statements.get(w.statement) else {
+            failures.push(format!("{}: no such writing statement", w.name()));
+            continue;
+        };
+        let Some(predicate) = found.iter().find(|p| key(p) == w.predicate) else {
+            failures.push(format!("{}: no such predicate", w.name()));
+            continue;
+        };
+        let mutant = without(text, predicate);
+        if let Err(e) = play(&mut conn, w, text, &mutant).await {
+            failures.push(format!("{}: {e}", w.name()));
+        }
+    }
+    println!("{} witnesses played", witnesses.len());
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
