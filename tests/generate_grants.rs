@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use generate_support::*;
 use outbox_runtime::generate::{grants_sql, verify_contracts};
-use outbox_runtime::store::{FailOutcome, Ownership};
+use outbox_runtime::store::{FailOutcome, Ownership, RecoveryBackoff};
 use outbox_runtime::testing::TestDatabase;
 use outbox_runtime::{Event, Store};
 use sqlx::PgPool;
@@ -173,7 +173,7 @@ async fn enqueuer_and_worker_roles_can_do_their_job_and_nothing_else() {
     assert_eq!(again.len(), 1);
     tokio::time::sleep(Duration::from_millis(20)).await; // let the 1 ms lease run out
     let recovered = worker
-        .recover_expired(10)
+        .recover_expired(10, RecoveryBackoff::NONE)
         .await
         .expect("the worker may recover");
     assert_eq!(recovered.requeued, 1);

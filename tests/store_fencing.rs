@@ -9,7 +9,9 @@ use futures::future::join_all;
 use outbox_runtime::Event;
 use outbox_runtime::Store;
 use outbox_runtime::store::enqueue::event_id_for;
-use outbox_runtime::store::{EnqueueOptions, FailOutcome, Ownership, RecoveryCounts};
+use outbox_runtime::store::{
+    EnqueueOptions, FailOutcome, Ownership, RecoveryBackoff, RecoveryCounts,
+};
 use outbox_runtime::testing::TestDatabase;
 use sqlx::Row;
 use store_support::{Note, all_rows, count_status, enqueue_notes, row_state};
@@ -69,7 +71,10 @@ async fn a_worker_whose_lease_was_recovered_cannot_complete_or_renew() {
     );
 
     assert_eq!(
-        store.recover_expired(100).await.unwrap(),
+        store
+            .recover_expired(100, RecoveryBackoff::NONE)
+            .await
+            .unwrap(),
         RecoveryCounts {
             requeued: 1,
             exhausted: 0
@@ -247,7 +252,10 @@ async fn completing_by_deleting_is_fenced_like_marking_delivered() {
         .await
         .unwrap();
     assert_eq!(
-        store.recover_expired(100).await.unwrap(),
+        store
+            .recover_expired(100, RecoveryBackoff::NONE)
+            .await
+            .unwrap(),
         RecoveryCounts {
             requeued: 1,
             exhausted: 0
@@ -343,7 +351,13 @@ async fn handler_failures_retry_with_backoff_then_exhaust_and_are_never_claimed_
             .is_empty(),
         "exhausted is never claimed"
     );
-    assert!(store.recover_expired(100).await.unwrap() == RecoveryCounts::default());
+    assert!(
+        store
+            .recover_expired(100, RecoveryBackoff::NONE)
+            .await
+            .unwrap()
+            == RecoveryCounts::default()
+    );
 
     let listed = store.exhausted_events(10).await.unwrap();
     assert_eq!(listed.len(), 1);
@@ -477,7 +491,13 @@ async fn expired_leases_use_up_attempts_and_end_exhausted() {
         assert_eq!(e.len(), 1, "round {round}");
         // The worker "crashes": it never completes, and its lease runs out.
         wait_until_lease_ended(db.pool(), e[0].id).await;
-        assert_eq!(store.recover_expired(100).await.unwrap(), expected);
+        assert_eq!(
+            store
+                .recover_expired(100, RecoveryBackoff::NONE)
+                .await
+                .unwrap(),
+            expected
+        );
     }
     let row = row_state(db.pool(), 1).await;
     assert_eq!(
@@ -521,9 +541,30 @@ async fn recovery_is_bounded_and_leaves_live_leases_alone() {
     for e in &short {
         wait_until_lease_ended(db.pool(), e.id).await;
     }
-    assert_eq!(store.recover_expired(2).await.unwrap().requeued, 2);
-    assert_eq!(store.recover_expired(100).await.unwrap().requeued, 1);
-    assert_eq!(store.recover_expired(100).await.unwrap().requeued, 0);
+    assert_eq!(
+        store
+            .recover_expired(2, RecoveryBackoff::NONE)
+            .await
+            .unwrap()
+            .requeued,
+        2
+    );
+    assert_eq!(
+        store
+            .recover_expired(100, RecoveryBackoff::NONE)
+            .await
+            .unwrap()
+            .requeued,
+        1
+    );
+    assert_eq!(
+        store
+            .recover_expired(100, RecoveryBackoff::NONE)
+            .await
+            .unwrap()
+            .requeued,
+        0
+    );
     assert_eq!(count_status(db.pool(), "pending").await, 3);
     assert_eq!(count_status(db.pool(), "processing").await, 2);
 }
@@ -601,7 +642,10 @@ async fn recovery_racing_a_late_completion_has_exactly_one_winner_per_row() {
         let recovery = async {
             let mut counts = RecoveryCounts::default();
             for _ in 0..5 {
-                let c = store.recover_expired(1000).await.unwrap();
+                let c = store
+                    .recover_expired(1000, RecoveryBackoff::NONE)
+                    .await
+                    .unwrap();
                 counts.requeued += c.requeued;
                 counts.exhausted += c.exhausted;
                 tokio::time::sleep(Duration::from_millis(3)).await;
@@ -611,7 +655,10 @@ async fn recovery_racing_a_late_completion_has_exactly_one_winner_per_row() {
         let (results, mut recovered) = tokio::join!(completions, recovery);
         // Rows whose completion lost because the lease had just expired are recovered now, so
         // every row ends settled.
-        let late = store.recover_expired(1000).await.unwrap();
+        let late = store
+            .recover_expired(1000, RecoveryBackoff::NONE)
+            .await
+            .unwrap();
         recovered.requeued += late.requeued;
         assert_eq!(recovered.exhausted, 0);
 

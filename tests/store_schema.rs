@@ -181,6 +181,7 @@ fn bind_for<'q>(
             q.bind(100_i64).bind(30_000_000_i64).bind("explain")
         }
         "complete" | "release" => q.bind(1_i64).bind(1_i64),
+        "exhaust_undecodable" => q.bind(1_i64).bind(1_i64).bind("undecodable payload"),
         "complete_many" | "complete_many_delete" => q
             .bind((1..=100).collect::<Vec<i64>>())
             .bind(vec![1_i64; 100]),
@@ -199,7 +200,11 @@ fn bind_for<'q>(
             .bind("boom")
             .bind(1_000_000_i64)
             .bind(false),
-        "recover_expired" => q.bind(1000_i64),
+        "recover_expired" => q
+            .bind(1000_i64)
+            .bind(1_000_000_i64)
+            .bind(300_000_000_i64)
+            .bind(true),
         "count_delivered" | "gauges" => q,
         "retry_exhausted" => q.bind(uuid::Uuid::new_v4()),
         "retry_exhausted_of_type" => q.bind("note"),
@@ -222,7 +227,7 @@ fn expected_indexes(name: &str) -> &'static [&'static str] {
         // An INSERT's plan names no index; its conflict check can only use the unique indexes,
         // and the test below asserts those are the primary key and event_id's.
         "enqueue" | "enqueue_notify" => &[],
-        "complete" | "release" | "renew" | "fail" => &["outbox_pkey"],
+        "complete" | "release" | "renew" | "fail" | "exhaust_undecodable" => &["outbox_pkey"],
         // A batch must be joined by primary key (checked below: never through another index).
         "complete_many" | "complete_many_delete" | "renew_many" => &["outbox_pkey"],
         "completed_earlier" => &["outbox_pkey"],

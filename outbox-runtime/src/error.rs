@@ -31,6 +31,20 @@ pub enum Error {
         /// The configured limit in bytes.
         limit: usize,
     },
+    /// The payload or its headers are valid JSON that no worker could decode, or that PostgreSQL
+    /// could not store (see [`crate::payload_limits`]). Nothing was written and the caller's
+    /// transaction is still usable.
+    #[error(
+        "event `{event_type}` {part} was refused: {problem}; nothing was written and the transaction is still usable"
+    )]
+    PayloadRejected {
+        /// Event name.
+        event_type: String,
+        /// Which part was refused.
+        part: PayloadPart,
+        /// What is wrong with it, and what to do.
+        problem: PayloadProblem,
+    },
     /// A payload could not be serialized to JSON.
     #[error("event `{event_type}` could not be serialized to JSON: {source}")]
     Serialize {
@@ -66,6 +80,54 @@ pub enum Error {
     /// The database returned an error or the connection broke.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+}
+
+/// The part of an event that [`Error::PayloadRejected`] refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadPart {
+    /// The event's payload.
+    Payload,
+    /// The headers stored with it (`EnqueueOptions::headers`).
+    Headers,
+}
+
+impl std::fmt::Display for PayloadPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PayloadPart::Payload => "payload",
+            PayloadPart::Headers => "headers",
+        })
+    }
+}
+
+/// Why a payload (or headers) cannot be stored or delivered; see [`crate::payload_limits`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PayloadProblem {
+    /// Arrays and objects are nested deeper than `limit`
+    /// ([`crate::payload_limits::MAX_JSON_DEPTH`]).
+    TooDeep {
+        /// The deepest nesting allowed.
+        limit: usize,
+    },
+    /// A string or key contains U+0000, which PostgreSQL's `jsonb` cannot store.
+    NulCharacter,
+}
+
+impl std::fmt::Display for PayloadProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PayloadProblem::TooDeep { limit } => write!(
+                f,
+                "its JSON nests arrays and objects deeper than {limit} levels, the most a worker decodes \
+                 (`payload_limits::MAX_JSON_DEPTH`); flatten the structure, or carry the deep part as a JSON string"
+            ),
+            PayloadProblem::NulCharacter => f.write_str(
+                "a string or key contains the character U+0000, which PostgreSQL's jsonb cannot store; \
+                 remove it, or encode the data (for example as base64)",
+            ),
+        }
+    }
 }
 
 /// Result alias of the runtime.

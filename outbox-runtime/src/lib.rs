@@ -25,6 +25,7 @@ pub mod generate;
 pub mod inbox;
 mod macro_support;
 pub mod migrate;
+pub mod payload_limits;
 pub mod publish;
 pub mod sink;
 pub mod store;

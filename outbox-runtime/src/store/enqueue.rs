@@ -104,6 +104,7 @@ pub async fn enqueue_event<E: Event>(
             limit: options.max_payload_bytes,
         });
     }
+    crate::payload_limits::check_enqueue(E::NAME, &payload, options.headers.as_ref())?;
     let max_attempts = options.max_attempts;
     if max_attempts < 1 {
         return Err(Error::Config(format!(

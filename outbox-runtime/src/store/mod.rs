@@ -16,6 +16,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use serde_json::value::RawValue;
 use sqlx::types::Json;
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
@@ -23,7 +24,8 @@ use uuid::Uuid;
 pub use enqueue::EnqueueOptions;
 pub use sql::validate_table_name;
 
-use crate::error::Result;
+use crate::error::{PayloadPart, Result};
+use crate::payload_limits;
 use sql::Statements;
 
 /// The DDL of an outbox table named `table` (table and indexes, `IF NOT EXISTS`), rendered from
@@ -112,6 +114,71 @@ pub enum FailOutcome {
     Exhausted,
     /// The claim was no longer ours; nothing changed.
     Lost,
+}
+
+/// What [`Store::claim_batch_outcome`] claimed: the events to deliver, and the claimed rows that
+/// could not be decoded (already exhausted, each with its own reason).
+#[derive(Debug, Clone, Default)]
+pub struct ClaimedBatch {
+    /// Decoded events, in id order, ready for delivery.
+    pub events: Vec<ClaimedEvent>,
+    /// Claimed rows whose payload or headers no worker can decode.
+    pub undecodable: Vec<UndecodableEvent>,
+}
+
+/// A claimed row whose payload or headers cannot be decoded (too deep, see
+/// [`crate::payload_limits`], or not readable by `serde_json`): written by raw SQL, since
+/// enqueue refuses such payloads. It is never delivered; the claim that found it exhausts it
+/// with `reason`, and it never affects the other rows of its batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UndecodableEvent {
+    /// The claim that found the row.
+    pub claim: Claim,
+    /// Stable event id (what an operator's `retry` takes once the row is fixed).
+    pub event_id: Uuid,
+    /// Event name.
+    pub event_type: String,
+    /// Why it cannot be decoded, as stored in `last_error`.
+    pub reason: String,
+    /// Whether the row was exhausted with that reason.
+    pub outcome: UndecodableOutcome,
+}
+
+/// What became of an [`UndecodableEvent`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UndecodableOutcome {
+    /// Now exhausted, with the reason in `last_error`.
+    Exhausted,
+    /// The claim was lost before it could be exhausted (its lease ran out in between); the row
+    /// was left as it was.
+    Lost,
+    /// The exhausting statement failed (the database error is kept here); the row stays
+    /// claimed until its lease expires, and the next claim of it tries again.
+    NotRecorded(String),
+}
+
+/// The backoff [`Store::recover_expired`] applies to an expired lease before its event is
+/// claimable again: for the attempt that expired (1-based), `min(base * 2^(attempt-1), max)`,
+/// with the exponent capped at 31, and with the upper half random when `jitter` is set. The
+/// same formula as a worker's retry policy (`worker::RetryPolicy`), whose values a worker's
+/// maintenance passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryBackoff {
+    /// Delay after the first expired attempt.
+    pub base: Duration,
+    /// Largest delay.
+    pub max: Duration,
+    /// Randomise the upper half of each delay.
+    pub jitter: bool,
+}
+
+impl RecoveryBackoff {
+    /// No backoff: a requeued event is claimable at once (tests that step through recovery).
+    pub const NONE: RecoveryBackoff = RecoveryBackoff {
+        base: Duration::ZERO,
+        max: Duration::ZERO,
+        jitter: false,
+    };
 }
 
 /// Counts returned by [`Store::recover_expired`].
@@ -208,22 +275,63 @@ fn split_claims(claims: &[Claim]) -> (Vec<i64>, Vec<i64>) {
     sorted.iter().map(|c| (c.id, c.claim_version)).unzip()
 }
 
-fn claimed_event(row: &sqlx::postgres::PgRow) -> Result<ClaimedEvent> {
-    Ok(ClaimedEvent {
-        id: row.try_get("id")?,
-        event_id: row.try_get("event_id")?,
-        event_type: row.try_get("event_type")?,
-        event_version: row.try_get("event_version")?,
-        aggregate_type: row.try_get("aggregate_type")?,
-        aggregate_id: row.try_get("aggregate_id")?,
-        aggregate_version: row.try_get("aggregate_version")?,
-        payload: row.try_get::<Json<serde_json::Value>, _>("payload")?.0,
-        headers: row.try_get::<Json<serde_json::Value>, _>("headers")?.0,
-        claim_version: row.try_get("claim_version")?,
-        attempts: row.try_get("attempts")?,
-        max_attempts: row.try_get("max_attempts")?,
-        lease_until: row.try_get("lease_until")?,
-    })
+/// One claimed row, decoded on its own: nothing about one row can fail another.
+enum DecodedRow {
+    Event(ClaimedEvent),
+    Undecodable {
+        claim: Claim,
+        event_id: Uuid,
+        event_type: String,
+        reason: String,
+    },
+}
+
+/// Decode a claimed row. Only columns every row has by the table's definition (ids and
+/// counters, `NOT NULL`) fail the whole batch; the JSON columns are read undecoded and decoded
+/// with the same check enqueue applies ([`payload_limits`]), so a row that fails is reported on
+/// its own.
+fn decode_claimed(row: &sqlx::postgres::PgRow) -> Result<DecodedRow> {
+    let id: i64 = row.try_get("id")?;
+    let claim_version: i64 = row.try_get("claim_version")?;
+    let event_id: Uuid = row.try_get("event_id")?;
+    let event_type: String = row.try_get("event_type")?;
+    let json =
+        |part: PayloadPart, column: &str| -> std::result::Result<serde_json::Value, String> {
+            // Read as a raw JSON text first: `RawValue` only checks the syntax, iteratively, so
+            // neither depth nor numbers can fail it where a `Value` decode would.
+            let raw = row
+                .try_get::<Json<Box<RawValue>>, _>(column)
+                .map_err(|e| format!("undecodable {part}: {e}"))?;
+            payload_limits::decode_stored(part, raw.0.get())
+        };
+    let decoded = json(PayloadPart::Payload, "payload")
+        .and_then(|payload| Ok((payload, json(PayloadPart::Headers, "headers")?)));
+    match decoded {
+        Ok((payload, headers)) => Ok(DecodedRow::Event(ClaimedEvent {
+            id,
+            event_id,
+            event_type,
+            event_version: row.try_get("event_version")?,
+            aggregate_type: row.try_get("aggregate_type")?,
+            aggregate_id: row.try_get("aggregate_id")?,
+            aggregate_version: row.try_get("aggregate_version")?,
+            payload,
+            headers,
+            claim_version,
+            attempts: row.try_get("attempts")?,
+            max_attempts: row.try_get("max_attempts")?,
+            lease_until: row.try_get("lease_until")?,
+        })),
+        Err(reason) => Ok(DecodedRow::Undecodable {
+            claim: Claim { id, claim_version },
+            event_id,
+            event_type,
+            reason: format!(
+                "{reason}; no worker can deliver this row, so it was exhausted without delivery: \
+                 correct the stored row and retry the event"
+            ),
+        }),
+    }
 }
 
 /// Handle on one outbox table. Cheap to clone.
@@ -276,6 +384,9 @@ impl Store {
     /// pending or processing.
     ///
     /// The lease runs until the database's `now() + lease`. Events come back in id order.
+    /// Each row is decoded on its own: a claimed row whose payload or headers cannot be decoded
+    /// is exhausted with its own reason and left out, and the others come back (see
+    /// [`Store::claim_batch_outcome`], which also reports those rows).
     pub async fn claim_batch(
         &self,
         worker: &str,
@@ -283,6 +394,25 @@ impl Store {
         lease: Duration,
         ordered: bool,
     ) -> Result<Vec<ClaimedEvent>> {
+        Ok(self
+            .claim_batch_outcome(worker, limit, lease, ordered)
+            .await?
+            .events)
+    }
+
+    /// [`Store::claim_batch`], also reporting the claimed rows that could not be decoded.
+    ///
+    /// Such a row is exhausted right after the claim, fenced by the claim's `claim_version`,
+    /// with its own reason in `last_error` (its attempt stays charged). An error here is a
+    /// failure of the claim statement itself: once the claim committed, its decodable rows are
+    /// always returned.
+    pub async fn claim_batch_outcome(
+        &self,
+        worker: &str,
+        limit: i64,
+        lease: Duration,
+        ordered: bool,
+    ) -> Result<ClaimedBatch> {
         let statement = if ordered {
             self.sql.claim_batch_ordered
         } else {
@@ -294,9 +424,44 @@ impl Store {
             .bind(worker)
             .fetch_all(&self.pool)
             .await?;
-        let mut claimed = rows.iter().map(claimed_event).collect::<Result<Vec<_>>>()?;
-        claimed.sort_by_key(|e| e.id);
-        Ok(claimed)
+        let mut batch = ClaimedBatch::default();
+        for row in &rows {
+            match decode_claimed(row)? {
+                DecodedRow::Event(event) => batch.events.push(event),
+                DecodedRow::Undecodable {
+                    claim,
+                    event_id,
+                    event_type,
+                    reason,
+                } => {
+                    let outcome = self.exhaust_undecodable(claim, &reason).await;
+                    batch.undecodable.push(UndecodableEvent {
+                        claim,
+                        event_id,
+                        event_type,
+                        reason,
+                        outcome,
+                    });
+                }
+            }
+        }
+        batch.events.sort_by_key(|e| e.id);
+        Ok(batch)
+    }
+
+    /// End a just-claimed undecodable row as exhausted with `reason`, if the claim is still ours.
+    async fn exhaust_undecodable(&self, claim: Claim, reason: &str) -> UndecodableOutcome {
+        let done = sqlx::query(self.sql.exhaust_undecodable)
+            .bind(claim.id)
+            .bind(claim.claim_version)
+            .bind(reason)
+            .execute(&self.pool)
+            .await;
+        match done.map(|d| ownership(d.rows_affected())) {
+            Ok(Ownership::Owned) => UndecodableOutcome::Exhausted,
+            Ok(Ownership::Lost) => UndecodableOutcome::Lost,
+            Err(e) => UndecodableOutcome::NotRecorded(e.to_string()),
+        }
     }
 
     /// Mark one claimed event delivered, if the claim is still ours.
@@ -446,9 +611,21 @@ impl Store {
 
     /// Return up to `limit` expired leases to pending, or to exhausted when their attempts
     /// are used up.
-    pub async fn recover_expired(&self, limit: i64) -> Result<RecoveryCounts> {
+    ///
+    /// A requeued event becomes claimable again only after `backoff` for the attempt whose lease
+    /// expired (computed per row by the database, see [`RecoveryBackoff`]), so a payload that
+    /// crashes or stalls every worker that takes it waits longer each time instead of being
+    /// claimed again at once; `last_error` says whose lease expired.
+    pub async fn recover_expired(
+        &self,
+        limit: i64,
+        backoff: RecoveryBackoff,
+    ) -> Result<RecoveryCounts> {
         let statuses: Vec<String> = sqlx::query_scalar(self.sql.recover_expired)
             .bind(limit)
+            .bind(micros(backoff.base))
+            .bind(micros(backoff.max))
+            .bind(backoff.jitter)
             .fetch_all(&self.pool)
             .await?;
         let mut counts = RecoveryCounts::default();

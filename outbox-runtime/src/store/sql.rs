@@ -48,6 +48,8 @@ pub(crate) const RENEW_MANY: &str = include_str!("sql/renew_many.sql");
 pub(crate) const FAIL: &str = include_str!("sql/fail.sql");
 /// Fenced hand-back without charging the attempt.
 pub(crate) const RELEASE: &str = include_str!("sql/release.sql");
+/// Fenced exhaustion of a claimed row that cannot be decoded.
+pub(crate) const EXHAUST_UNDECODABLE: &str = include_str!("sql/exhaust_undecodable.sql");
 /// Recovery of expired leases.
 pub(crate) const RECOVER_EXPIRED: &str = include_str!("sql/recover_expired.sql");
 /// The delivered rows still kept (operators only).
@@ -80,6 +82,7 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("renew_many", RENEW_MANY),
     ("fail", FAIL),
     ("release", RELEASE),
+    ("exhaust_undecodable", EXHAUST_UNDECODABLE),
     ("recover_expired", RECOVER_EXPIRED),
     ("count_delivered", COUNT_DELIVERED),
     ("gauges", GAUGES),
@@ -252,6 +255,7 @@ pub(crate) struct Statements {
     pub renew_many: &'static str,
     pub fail: &'static str,
     pub release: &'static str,
+    pub exhaust_undecodable: &'static str,
     pub recover_expired: &'static str,
     pub count_delivered: &'static str,
     pub gauges: &'static str,
@@ -284,6 +288,7 @@ impl Statements {
             renew_many: r(RENEW_MANY),
             fail: r(FAIL),
             release: r(RELEASE),
+            exhaust_undecodable: r(EXHAUST_UNDECODABLE),
             recover_expired: r(RECOVER_EXPIRED),
             count_delivered: r(COUNT_DELIVERED),
             gauges: r(GAUGES),

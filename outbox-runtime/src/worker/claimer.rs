@@ -12,6 +12,7 @@ use super::executor::Executor;
 use super::inflight::local_lease_end;
 use super::{Shared, jittered};
 use crate::error::Result;
+use crate::store::{ClaimedBatch, UndecodableEvent, UndecodableOutcome};
 
 pub(crate) struct Claimer {
     pub(crate) shared: Arc<Shared>,
@@ -69,6 +70,32 @@ impl Claimer {
         permits
     }
 
+    /// Count and log the claimed rows the store found undecodable (it has exhausted them).
+    fn report_undecodable(&self, undecodable: &[UndecodableEvent]) {
+        let shared = &self.shared;
+        for row in undecodable {
+            match &row.outcome {
+                UndecodableOutcome::Exhausted => {
+                    shared.counters.undecodable();
+                    shared.hook.emit(|| WorkerEvent::Undecodable(row.claim));
+                    tracing::warn!(
+                        event_id = %row.event_id,
+                        event_type = %row.event_type,
+                        reason = %row.reason,
+                        "a claimed event cannot be decoded; exhausted it without delivery"
+                    );
+                }
+                UndecodableOutcome::Lost => shared.counters.stale(1),
+                UndecodableOutcome::NotRecorded(error) => tracing::warn!(
+                    event_id = %row.event_id,
+                    error = %error,
+                    reason = %row.reason,
+                    "a claimed event cannot be decoded, and exhausting it failed; it returns after its lease"
+                ),
+            }
+        }
+    }
+
     /// Claim `permits.len()` events at most and start one task per event; surplus permits go
     /// back when this returns.
     async fn claim_into(&self, permits: Vec<OwnedSemaphorePermit>) -> Result<usize> {
@@ -77,19 +104,23 @@ impl Claimer {
         // Taken before the statement is sent: the database's lease cannot end before this plus
         // the lease (see `inflight`).
         let lease_ends = local_lease_end(Instant::now(), shared.config.lease);
-        let events = shared
+        let ClaimedBatch {
+            events,
+            undecodable,
+        } = shared
             .store
-            .claim_batch(
+            .claim_batch_outcome(
                 &shared.config.name,
                 limit,
                 shared.config.lease,
                 shared.config.ordered,
             )
             .await?;
+        self.report_undecodable(&undecodable);
         if events.is_empty() {
-            return Ok(0);
+            return Ok(undecodable.len());
         }
-        let claimed = events.len();
+        let claimed = events.len() + undecodable.len();
         shared
             .hook
             .emit(|| WorkerEvent::ClaimedBatch(events.iter().map(|e| e.claim()).collect()));

@@ -25,6 +25,9 @@ pub enum WorkerEvent {
         /// Claims the database rejected: the lease was lost before the completion was written.
         stale: Vec<Claim>,
     },
+    /// A claimed row could not be decoded and was exhausted with its own reason, without
+    /// delivery (the rest of its batch is delivered as usual).
+    Undecodable(Claim),
     /// A failure was recorded for a claim.
     Failed(Claim, FailOutcome),
     /// A handler panicked; the event was failed permanently.

@@ -18,6 +18,7 @@ use super::Shared;
 use super::events::WorkerEvent;
 use super::vacuum::{VacuumOutcome, vacuum_if_needed};
 use crate::error::Result;
+use crate::store::RecoveryBackoff;
 
 /// Take leadership of one table's maintenance if nobody holds it. The key is the table itself,
 /// resolved through the connection's search_path to its oid: two tables of one name in two
@@ -116,9 +117,16 @@ impl Maintenance {
             leader: true,
             ..Default::default()
         };
+        // The worker's own retry policy: an expired lease backs off like a failed delivery.
+        let retry = shared.config.retry;
+        let recovery_backoff = RecoveryBackoff {
+            base: retry.base,
+            max: retry.max,
+            jitter: retry.jitter,
+        };
         for _ in 0..ROUNDS_PER_TICK {
             let batch = self.batch;
-            match store.recover_expired(batch).await {
+            match store.recover_expired(batch, recovery_backoff).await {
                 Ok(r) => {
                     self.batch_succeeded();
                     counts.requeued += r.requeued;

@@ -14,8 +14,12 @@ use crate::store::QueueGauges;
 pub const DELIVERED_TOTAL: &str = "outbox_delivered_total";
 /// Failed attempts scheduled for another try.
 pub const RETRIED_TOTAL: &str = "outbox_retried_total";
-/// Events that used up their attempts or failed permanently.
+/// Events that used up their attempts, failed permanently, or could not be decoded.
 pub const EXHAUSTED_TOTAL: &str = "outbox_exhausted_total";
+/// Claimed rows whose payload or headers could not be decoded (too deep, or not readable JSON;
+/// see `payload_limits`), exhausted without delivery. Each is also counted in
+/// [`EXHAUSTED_TOTAL`]; this one tells them from delivery failures.
+pub const UNDECODABLE_TOTAL: &str = "outbox_undecodable_total";
 /// Completions or failures rejected because the claim was no longer ours.
 pub const STALE_COMPLETIONS_TOTAL: &str = "outbox_stale_completions_total";
 /// Leases extended by the renewer.
@@ -53,8 +57,10 @@ pub struct WorkerCounters {
     pub delivered: u64,
     /// Failures rescheduled.
     pub retried: u64,
-    /// Events exhausted by this worker.
+    /// Events exhausted by this worker (undecodable rows included).
     pub exhausted: u64,
+    /// Claimed rows this worker exhausted because they could not be decoded.
+    pub undecodable: u64,
     /// Completions or failures rejected as stale.
     pub stale_completions: u64,
     /// Lease renewals accepted.
@@ -74,6 +80,7 @@ pub(crate) struct Counters {
     delivered: AtomicU64,
     retried: AtomicU64,
     exhausted: AtomicU64,
+    undecodable: AtomicU64,
     stale: AtomicU64,
     renewals: AtomicU64,
     lost: AtomicU64,
@@ -92,6 +99,7 @@ impl Counters {
             delivered: AtomicU64::new(0),
             retried: AtomicU64::new(0),
             exhausted: AtomicU64::new(0),
+            undecodable: AtomicU64::new(0),
             stale: AtomicU64::new(0),
             renewals: AtomicU64::new(0),
             lost: AtomicU64::new(0),
@@ -116,6 +124,11 @@ impl Counters {
     }
     pub(crate) fn exhausted(&self) {
         self.bump(&self.exhausted, EXHAUSTED_TOTAL, 1);
+    }
+    /// An undecodable row was exhausted: counted as exhausted and as undecodable.
+    pub(crate) fn undecodable(&self) {
+        self.bump(&self.exhausted, EXHAUSTED_TOTAL, 1);
+        self.bump(&self.undecodable, UNDECODABLE_TOTAL, 1);
     }
     pub(crate) fn stale(&self, n: u64) {
         self.bump(&self.stale, STALE_COMPLETIONS_TOTAL, n);
@@ -149,6 +162,7 @@ impl Counters {
             delivered: r(&self.delivered),
             retried: r(&self.retried),
             exhausted: r(&self.exhausted),
+            undecodable: r(&self.undecodable),
             stale_completions: r(&self.stale),
             lease_renewals: r(&self.renewals),
             lease_lost: r(&self.lost),
