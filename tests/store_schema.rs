@@ -176,6 +176,7 @@ fn bind_for<'q>(
             }
         }
         "wake" => q.bind("outbox"),
+        "lock_aggregate" => q.bind("outbox").bind("order").bind("agg-1"),
         "existing_by_key" => q.bind(uuid::Uuid::new_v4()),
         "claim_batch" | "claim_batch_ordered" => {
             q.bind(100_i64).bind(30_000_000_i64).bind("explain")
@@ -227,6 +228,8 @@ fn expected_indexes(name: &str) -> &'static [&'static str] {
         // An INSERT's plan names no index; its conflict check can only use the unique indexes,
         // and the test below asserts those are the primary key and event_id's.
         "enqueue" | "enqueue_notify" => &[],
+        // Reads no table: a lock on a hash of the aggregate, seeded with the table's oid.
+        "lock_aggregate" => &[],
         "complete" | "release" | "renew" | "fail" | "exhaust_undecodable" => &["outbox_pkey"],
         // A batch must be joined by primary key (checked below: never through another index).
         "complete_many" | "complete_many_delete" | "renew_many" => &["outbox_pkey"],

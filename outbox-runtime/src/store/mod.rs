@@ -9,6 +9,7 @@
 //! Durations are passed to PostgreSQL as microseconds and added to `now()` there: the database
 //! is the only clock, and no statement takes a client timestamp.
 
+mod aggregate_lock;
 pub mod enqueue;
 pub mod sql;
 

@@ -24,6 +24,8 @@ pub(crate) const ENQUEUE_NOTIFY: &str = concat!(
     include_str!("sql/enqueue.sql"),
     include_str!("sql/enqueue_notify.sql")
 );
+/// The enqueue's per-aggregate producer lock, taken before the INSERT draws the row's id.
+pub(crate) const LOCK_AGGREGATE: &str = include_str!("sql/lock_aggregate.sql");
 /// A wake-up notification on its own, after commit (see `waker::Waker`).
 pub(crate) const WAKE: &str = include_str!("sql/wake.sql");
 /// Enqueue fallback: the event stored under a key, with a fresh snapshot.
@@ -70,6 +72,7 @@ pub(crate) const PURGE_DELIVERED: &str = include_str!("sql/purge_delivered.sql")
 pub const STATEMENTS: &[(&str, &str)] = &[
     ("enqueue", ENQUEUE),
     ("enqueue_notify", ENQUEUE_NOTIFY),
+    ("lock_aggregate", LOCK_AGGREGATE),
     ("wake", WAKE),
     ("existing_by_key", EXISTING_BY_KEY),
     ("claim_batch", CLAIM_BATCH),
@@ -243,6 +246,7 @@ pub(crate) fn render_create_table(table: &str) -> Result<String> {
 pub(crate) struct Statements {
     pub enqueue: &'static str,
     pub enqueue_notify: &'static str,
+    pub lock_aggregate: &'static str,
     pub wake: &'static str,
     pub existing_by_key: &'static str,
     pub claim_batch: &'static str,
@@ -276,6 +280,7 @@ impl Statements {
         Statements {
             enqueue: r(ENQUEUE),
             enqueue_notify: r(ENQUEUE_NOTIFY),
+            lock_aggregate: r(LOCK_AGGREGATE),
             wake: r(WAKE),
             existing_by_key: r(EXISTING_BY_KEY),
             claim_batch: r(CLAIM_BATCH),
@@ -363,9 +368,11 @@ mod tests {
             .iter()
             .chain([("create_table", CREATE_TABLE)].iter())
         {
-            // The wake-up names no table: its channel is a parameter.
+            // The wake-up names no table: its channel is a parameter. The aggregate lock takes
+            // the table as a parameter too (its oid seeds the lock key; the statement reads no
+            // table).
             assert!(
-                sql.contains(TABLE_PLACEHOLDER) || *name == "wake",
+                sql.contains(TABLE_PLACEHOLDER) || ["wake", "lock_aggregate"].contains(name),
                 "{name} has no table placeholder"
             );
             let rendered = render(sql, "zz_table");

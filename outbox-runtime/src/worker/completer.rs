@@ -34,6 +34,12 @@ impl Completer {
             let flush_at = Instant::now() + self.shared.config.completion_flush;
             let mut closed = false;
             while batch.len() < max {
+                // Every claim this worker holds is in the batch: no other completion can join
+                // it, so waiting would only delay it (and, in ordered mode, the aggregate's next
+                // event, which becomes claimable when this batch commits).
+                if batch.len() >= self.shared.inflight.len() {
+                    break;
+                }
                 tokio::select! {
                     next = self.completions.recv() => match next {
                         Some(claim) => batch.push(claim),
@@ -83,6 +89,11 @@ impl Completer {
                         .copied()
                         .collect();
                     shared.counters.delivered(completed.len() as u64);
+                    if shared.config.ordered && !completed.is_empty() {
+                        // Committed: each completed event's successor in its aggregate is
+                        // claimable now, not at the next poll tick.
+                        shared.wake.notify_one();
+                    }
                     if !lost.is_empty() {
                         shared.counters.stale(lost.len() as u64);
                         tracing::warn!(

@@ -255,6 +255,11 @@ impl Executor {
                     }
                     FailOutcome::Exhausted => {
                         shared.counters.exhausted();
+                        if shared.config.ordered {
+                            // An exhausted event no longer blocks its aggregate: the successor
+                            // is claimable now, not at the next poll tick.
+                            shared.wake.notify_one();
+                        }
                         tracing::warn!(error = %error, "delivery failed for good; event exhausted");
                     }
                     FailOutcome::Lost => {

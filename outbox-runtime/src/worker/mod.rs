@@ -371,7 +371,9 @@ pub(crate) struct Shared {
     pub(crate) inflight: InFlight,
     pub(crate) counters: Counters,
     pub(crate) hook: Hook,
-    /// The listener's wake-up for the claimer (a stored permit, so none is lost while claiming).
+    /// The claimer's wake-up (a stored permit, so none is lost while claiming): sent by the
+    /// listener on a notification and, in ordered mode, after a completion or exhaustion that
+    /// unblocks an aggregate's next event.
     pub(crate) wake: Notify,
     /// Phase one of shutdown: stop claiming; unstarted claims are handed back.
     pub(crate) claim_stop: CancellationToken,

@@ -1,0 +1,30 @@
+-- Lock aggregate: serialise the producers of one aggregate until the caller's transaction ends,
+-- taken by the typed enqueue BEFORE the INSERT draws the row's id (only for events that have an
+-- aggregate id).
+--
+-- Parameters: $1 table name text (unqualified, resolved through search_path like the INSERT's),
+--             $2 aggregate_type text, $3 aggregate_id text.
+--
+-- Why: ids are drawn at INSERT but become visible at COMMIT, so without this two transactions
+-- writing events of one aggregate could commit out of id order, and the ordered claim
+-- (claim_batch_ordered.sql), which orders an aggregate by id, would see a later event before an
+-- earlier one. Holding this lock from before the id is drawn until commit means that, per
+-- aggregate, id order is commit order: a transaction can only draw an id after every earlier
+-- holder committed or rolled back (PostgreSQL releases a transaction's locks after its commit
+-- is visible to new snapshots), so no earlier id of an aggregate can become visible after a
+-- later one.
+--
+-- The key: 64-bit hash of (aggregate_type, aggregate_id), length-prefixed so that no two pairs
+-- hash the same text, seeded with the table's oid so that outbox tables in two schemas (or two
+-- tables) never share keys. A hash collision only makes two aggregates wait for each other; it
+-- never breaks an order. The lock is transaction-scoped (released at commit or rollback, never
+-- leaked by a pooled connection) and re-entrant within the transaction.
+--
+-- Consequences (README, docs/ordering.md): a transaction that enqueued an event of aggregate A
+-- makes every other producer of A wait here until it ends; transactions that enqueue events of
+-- several aggregates in different orders can deadlock (PostgreSQL aborts one with SQLSTATE
+-- 40P01). Rows inserted without this lock (raw SQL) are ordered by id only.
+--
+-- Index: none (no table access; the cast resolves the table's oid through the catalog cache).
+SELECT pg_advisory_xact_lock(
+    hashtextextended(length($2)::text || ':' || $2 || $3, $1::text::regclass::oid::bigint))
