@@ -222,13 +222,23 @@ async fn a_key_committed_concurrently_is_found_without_aborting_the_transaction(
     for (second, expect_same) in [(&event, true), (&different, false)] {
         let key = format!("race-{expect_same}");
         let mut first_tx = db.pool().begin().await.unwrap();
+        let first_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut *first_tx)
+            .await
+            .unwrap();
         let first_id = event.enqueue(&mut first_tx, &key).await.unwrap();
 
         let pool = db.pool().clone();
         let second = second.clone();
         let key2 = key.clone();
+        let (racer_pid_tx, racer_pid) = tokio::sync::oneshot::channel::<i32>();
         let racer = tokio::spawn(async move {
             let mut tx = pool.begin().await.unwrap();
+            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+            racer_pid_tx.send(pid).unwrap();
             // Blocks on the first transaction's uncommitted row until it commits.
             let outcome = second.enqueue(&mut tx, &key2).await;
             sqlx::query("SELECT 1")
@@ -239,7 +249,8 @@ async fn a_key_committed_concurrently_is_found_without_aborting_the_transaction(
             outcome
         });
         // Make sure the racer is waiting on our row lock before we commit.
-        wait_for_lock_wait(db.pool()).await;
+        let racer_pid = racer_pid.await.expect("the racer reports its backend");
+        wait_until_blocked_by(db.pool(), racer_pid, first_pid).await;
         first_tx.commit().await.unwrap();
 
         match (racer.await.unwrap(), expect_same) {
@@ -261,20 +272,26 @@ async fn a_key_committed_concurrently_is_found_without_aborting_the_transaction(
     }
 }
 
-async fn wait_for_lock_wait(pool: &PgPool) {
-    for _ in 0..200 {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        if waiting > 0 {
+/// Until backend `waiter` waits on a lock held by backend `holder` (PostgreSQL has no event
+/// for it, so its lock table is read until then; bounded, failing with what it waited for).
+async fn wait_until_blocked_by(pool: &PgPool, waiter: i32, holder: i32) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let blocked: bool = sqlx::query_scalar("SELECT $2 = ANY (pg_blocking_pids($1))")
+            .bind(waiter)
+            .bind(holder)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        if blocked {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second enqueue (backend {waiter}) never waited on the first transaction's row (backend {holder})"
+        );
+        tokio::task::yield_now().await;
     }
-    panic!("the second enqueue never waited on the first transaction's row");
 }
 
 #[tokio::test]

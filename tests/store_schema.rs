@@ -314,7 +314,7 @@ async fn every_statement_uses_its_index_on_a_large_table() {
             "the gauges should count through {index}:\n{stats}"
         );
     }
-    // The enqueue's conflict check (ON CONFLICT DO NOTHING, no target) uses every unique index:
+    // The enqueue's conflict check (ON CONFLICT (event_id) DO NOTHING) is event_id's index;
     // there must be exactly the primary key and event_id's, so a non-HOT write updates no
     // second unique index and the key's uniqueness is event_id's.
     let unique: Vec<String> = sqlx::query_scalar(

@@ -87,9 +87,13 @@ impl Variant {
                 shape.event(id).enqueue_with(tx, &key, &quiet).await?;
             }
             Variant::RawSameRow => {
-                let payload = serde_json::to_string(&shape.event(id))?;
-                let fingerprint =
-                    payload_fingerprint(OrderPaid::NAME, OrderPaid::VERSION, payload.as_bytes());
+                let event = shape.event(id);
+                let payload = serde_json::to_string(&event)?;
+                let fingerprint = payload_fingerprint(
+                    OrderPaid::NAME,
+                    OrderPaid::VERSION,
+                    &serde_json::to_value(&event)?,
+                );
                 let raw = serde_json::value::RawValue::from_string(payload)?;
                 sqlx::query(RAW_INSERT)
                     .bind(event_id_for(OrderPaid::TABLE, &key))

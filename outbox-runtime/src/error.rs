@@ -8,15 +8,77 @@ use uuid::Uuid;
 pub enum Error {
     /// The operation key was already used for an event with a different payload. Nothing was
     /// written and the caller's transaction is still usable.
+    ///
+    /// The message shows at most the key's first 64 characters (a key is caller data and may be
+    /// long); the field holds it whole.
     #[error(
-        "operation key `{operation_key}` is already used by event {existing_event_id} with a different payload; \
-         use a new key for a different business action, or send the identical payload to get the existing event back"
+        "operation key `{}` is already used by event {existing_event_id} with a different payload; \
+         use a new key for a different business action, or send the identical payload to get the existing event back",
+        abbreviate(operation_key)
     )]
     OperationKeyReused {
-        /// The key that was reused.
+        /// The key that was reused, whole.
         operation_key: String,
         /// The event already stored under that key.
         existing_event_id: Uuid,
+    },
+    /// The operation key is longer than
+    /// [`MAX_OPERATION_KEY_BYTES`](crate::store::enqueue::MAX_OPERATION_KEY_BYTES). Nothing was
+    /// written and the caller's transaction is still usable.
+    #[error(
+        "operation key `{}` is {length} bytes, over the limit of {limit} bytes; \
+         a key names one business action (e.g. `place-order/<order id>`): derive a shorter one, \
+         for example a hash of the long key",
+        abbreviate(operation_key)
+    )]
+    OperationKeyTooLong {
+        /// The refused key, whole.
+        operation_key: String,
+        /// Its length in bytes.
+        length: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The operation key was taken, but the event stored under it was deleted (purged after
+    /// delivery) each time enqueue looked it up, several times in a row. Nothing was written and
+    /// the caller's transaction is still usable; retrying the enqueue is safe.
+    #[error(
+        "operation key `{}` was taken but its event vanished before it could be read, {attempts} times in a row \
+         (something deletes events as fast as they are written); retry the enqueue, and check what deletes outbox rows",
+        abbreviate(operation_key)
+    )]
+    OperationKeyVanished {
+        /// The key, whole.
+        operation_key: String,
+        /// Insert-and-look-up rounds tried.
+        attempts: u32,
+    },
+    /// The event violates a unique index or constraint of the outbox table other than the event
+    /// id's (an index the application added). PostgreSQL aborted the caller's transaction: roll
+    /// it back; retrying the same event hits the same index.
+    #[error(
+        "the event violates unique constraint `{constraint}` on outbox table `{table}` (not the event id's); \
+         the transaction is aborted and must be rolled back. The outbox only guarantees uniqueness of \
+         operation keys: drop that index, or make it match what your events may hold"
+    )]
+    UniqueViolation {
+        /// The outbox table.
+        table: String,
+        /// The violated constraint or index, as PostgreSQL names it.
+        constraint: String,
+    },
+    /// PostgreSQL aborted the caller's transaction to keep it serializable (SQLSTATE 40001, a
+    /// same-key race under REPEATABLE READ or SERIALIZABLE) or to break a deadlock (40P01).
+    /// Roll the transaction back and run the whole business transaction again: a retried
+    /// enqueue with the same key and payload returns the event the other transaction wrote.
+    /// [`Error::is_retryable`] is true for it.
+    #[error(
+        "the transaction must be retried: {reason}; roll it back and run the whole business transaction again \
+         (a same operation key and payload then returns the existing event)"
+    )]
+    RetryTransaction {
+        /// What PostgreSQL reported (SQLSTATE and message).
+        reason: String,
     },
     /// The serialized payload is larger than the configured limit. Nothing was written.
     #[error(
@@ -127,6 +189,26 @@ impl std::fmt::Display for PayloadProblem {
                  remove it, or encode the data (for example as base64)",
             ),
         }
+    }
+}
+
+impl Error {
+    /// Whether running the whole business transaction again may succeed where this one failed
+    /// (a serialization failure or a deadlock: [`Error::RetryTransaction`]).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::RetryTransaction { .. })
+    }
+}
+
+/// How many characters of caller data (an operation key) an error message repeats.
+const SHOWN_CHARS: usize = 64;
+
+/// `text` for an error message: whole when short, else its first [`SHOWN_CHARS`] characters
+/// and its length, so a message stays small whatever the caller passed.
+fn abbreviate(text: &str) -> String {
+    match text.char_indices().nth(SHOWN_CHARS) {
+        None => text.to_owned(),
+        Some((cut, _)) => format!("{}… ({} bytes)", &text[..cut], text.len()),
     }
 }
 

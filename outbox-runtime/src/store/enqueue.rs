@@ -2,9 +2,10 @@
 //!
 //! The event id is a UUID v5 of the table and the operation key, so it is the same for every
 //! retry of the business command and every delivery; receivers deduplicate on it. The payload
-//! fingerprint (SHA-256 of type, version and serialized payload) tells an idempotent repeat from
-//! a key reused for something else.
+//! fingerprint (SHA-256 of type, version and the payload's canonical JSON, see
+//! [`payload_fingerprint`]) tells an idempotent repeat from a key reused for something else.
 
+use std::io::Write;
 use std::time::Duration;
 
 use serde_json::value::RawValue;
@@ -70,23 +71,197 @@ pub fn event_id_for(table: &str, operation_key: &str) -> Uuid {
     )
 }
 
-/// SHA-256 over event type, version and the serialized payload, each length-delimited so that
-/// no two different triples hash the same input.
-pub fn payload_fingerprint(event_type: &str, event_version: u32, payload: &[u8]) -> [u8; 32] {
+/// Longest operation key accepted, in bytes. A key names one business action
+/// (`place-order/<order id>`); it is stored in every row and repeated in errors, so a key
+/// longer than this is refused with [`Error::OperationKeyTooLong`] before anything is written.
+pub const MAX_OPERATION_KEY_BYTES: usize = 1024;
+
+/// Insert-and-look-up rounds before a key whose event keeps vanishing is given up on
+/// ([`Error::OperationKeyVanished`]).
+const KEY_ROUNDS: u32 = 3;
+
+/// Separates the canonical fingerprint's input from the legacy one's, so that no payload's
+/// canonical fingerprint equals another payload's legacy fingerprint.
+const CANONICAL_FINGERPRINT_TAG: &[u8] = b"outbox payload fingerprint v2 (canonical JSON)\0";
+
+/// SHA-256 over event type, version and the payload's canonical JSON, each length-delimited or
+/// self-delimiting so that no two different triples hash the same input.
+///
+/// The canonical JSON (see `docs/operation-keys.md`) makes the fingerprint a function of the
+/// payload's value, not of how serde happened to order it: object keys are sorted by their
+/// UTF-8 bytes at every depth (a `HashMap` iterates in a random order per instance); a number
+/// is written by its value, so `1`, `1.0` and `-0.0`/`0` are one number each (JSON has a single
+/// number type, and jsonb compares them equal): integral values in the 64-bit integer range
+/// as integers, any other as the shortest text that reads back to the same `f64`; strings are
+/// JSON-escaped UTF-8 (`"`, `\\` and control characters escaped, everything else as is); no
+/// whitespace. Arrays keep their order, since an array's order is part of its meaning: a set
+/// serialized as an array (`HashSet`) must iterate in a fixed order to be fingerprinted the same
+/// on a retry, so use `BTreeSet` (or sort) in event payloads.
+pub fn payload_fingerprint(
+    event_type: &str,
+    event_version: u32,
+    payload: &serde_json::Value,
+) -> [u8; 32] {
+    let mut hash = HashWriter(Sha256::new());
+    hash.0.update(CANONICAL_FINGERPRINT_TAG);
+    hash.0.update((event_type.len() as u64).to_be_bytes());
+    hash.0.update(event_type.as_bytes());
+    hash.0.update(event_version.to_be_bytes());
+    write_canonical(&mut hash, payload);
+    hash.0.finalize().into()
+}
+
+/// The fingerprint of rows written before fingerprints were canonical: SHA-256 over type,
+/// version and serde's output as it came. Enqueue still accepts it on a taken key, so a
+/// command first enqueued by an older version and retried by this one is recognised (when
+/// serde wrote the payload in the same order both times: always for structs, by chance for
+/// maps).
+pub fn legacy_payload_fingerprint(
+    event_type: &str,
+    event_version: u32,
+    serialized_payload: &[u8],
+) -> [u8; 32] {
     let mut hash = Sha256::new();
     hash.update((event_type.len() as u64).to_be_bytes());
     hash.update(event_type.as_bytes());
     hash.update(event_version.to_be_bytes());
-    hash.update(payload);
+    hash.update(serialized_payload);
     hash.finalize().into()
+}
+
+/// The canonical JSON text of `value` (the input of [`payload_fingerprint`]).
+pub fn canonical_json(value: &serde_json::Value) -> String {
+    let mut out = Vec::new();
+    write_canonical(&mut out, value);
+    String::from_utf8(out).expect("canonical JSON is written from UTF-8 strings")
+}
+
+/// Feeds the canonical text straight into the hash, without building it.
+struct HashWriter(Sha256);
+
+impl Write for HashWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn write_canonical(out: &mut impl Write, value: &serde_json::Value) {
+    use serde_json::Value;
+    // Writes go to a hash or a Vec, which never fail.
+    let infallible = "writing canonical JSON to memory cannot fail";
+    match value {
+        Value::Null => out.write_all(b"null").expect(infallible),
+        Value::Bool(true) => out.write_all(b"true").expect(infallible),
+        Value::Bool(false) => out.write_all(b"false").expect(infallible),
+        Value::Number(number) => write_canonical_number(out, number),
+        Value::String(text) => serde_json::to_writer(&mut *out, text).expect(infallible),
+        Value::Array(items) => {
+            out.write_all(b"[").expect(infallible);
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.write_all(b",").expect(infallible);
+                }
+                write_canonical(out, item);
+            }
+            out.write_all(b"]").expect(infallible);
+        }
+        Value::Object(fields) => {
+            // Sorted here rather than relying on the map type: serde_json's map keeps insertion
+            // order when any crate in the build enables its `preserve_order` feature.
+            let mut sorted: Vec<(&String, &Value)> = fields.iter().collect();
+            sorted.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.write_all(b"{").expect(infallible);
+            for (i, (key, item)) in sorted.into_iter().enumerate() {
+                if i > 0 {
+                    out.write_all(b",").expect(infallible);
+                }
+                serde_json::to_writer(&mut *out, key).expect(infallible);
+                out.write_all(b":").expect(infallible);
+                write_canonical(out, item);
+            }
+            out.write_all(b"}").expect(infallible);
+        }
+    }
+}
+
+/// A number by its value: integral values in `i64::MIN..=u64::MAX` as integers (so `1.0` is
+/// `1` and `-0.0` is `0`), other values as the shortest text that reads back to the same `f64`.
+fn write_canonical_number(out: &mut impl Write, number: &serde_json::Number) {
+    let infallible = "writing canonical JSON to memory cannot fail";
+    if let Some(n) = number.as_u64() {
+        return write!(out, "{n}").expect(infallible);
+    }
+    if let Some(n) = number.as_i64() {
+        return write!(out, "{n}").expect(infallible);
+    }
+    // Neither integer type holds it, so it is a float (a `Value` holds finite floats only).
+    let float = number.as_f64().unwrap_or(f64::NAN);
+    // 2^64 and -2^63 are exact as f64; an integral float in between converts to i128 exactly.
+    const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
+    if float.fract() == 0.0 && float >= i64::MIN as f64 && float < TWO_POW_64 {
+        #[allow(clippy::cast_possible_truncation)] // integral and in range: exact
+        let integral = float as i128;
+        return write!(out, "{integral}").expect(infallible);
+    }
+    serde_json::to_writer(&mut *out, &float).expect(infallible);
 }
 
 /// Write `event` in `tx` under `operation_key`. Used by [`Event::enqueue`].
 ///
-/// One round trip in the common case. Same key and same payload: the existing event id comes
-/// back and nothing is written. Same key, different payload: [`Error::OperationKeyReused`], and
-/// `tx` is still usable (the statement never raises a unique violation).
+/// One round trip in the common case. Same key and same payload (by value: see
+/// [`payload_fingerprint`]): the existing event id comes back and nothing is written. Same key,
+/// different payload: [`Error::OperationKeyReused`], and `tx` is still usable (the statement
+/// never raises a unique violation on the event id).
+///
+/// Errors after which `tx` is aborted and must be rolled back: [`Error::RetryTransaction`]
+/// (a same-key race under REPEATABLE READ or SERIALIZABLE, or a deadlock; run the business
+/// transaction again) and [`Error::UniqueViolation`] (a unique index the application added to
+/// the outbox table).
 pub async fn enqueue_event<E: Event>(
+    tx: &mut Transaction<'_, Postgres>,
+    event: &E,
+    operation_key: &str,
+    options: &EnqueueOptions,
+) -> Result<Uuid> {
+    if operation_key.len() > MAX_OPERATION_KEY_BYTES {
+        return Err(Error::OperationKeyTooLong {
+            operation_key: operation_key.to_owned(),
+            length: operation_key.len(),
+            limit: MAX_OPERATION_KEY_BYTES,
+        });
+    }
+    write_event(tx, event, operation_key, options)
+        .await
+        .map_err(|error| aborted_transaction_error(error, E::TABLE))
+}
+
+/// The typed error of a statement of the enqueue path that aborted the caller's transaction,
+/// or `error` unchanged.
+fn aborted_transaction_error(error: Error, table: &str) -> Error {
+    let Error::Database(sqlx::Error::Database(database_error)) = &error else {
+        return error;
+    };
+    match database_error.code().as_deref() {
+        Some(code @ ("40001" | "40P01")) => Error::RetryTransaction {
+            reason: format!("SQLSTATE {code}: {}", database_error.message()),
+        },
+        Some("23505") => Error::UniqueViolation {
+            table: table.to_owned(),
+            constraint: database_error
+                .constraint()
+                .unwrap_or("(unnamed)")
+                .to_owned(),
+        },
+        _ => error,
+    }
+}
+
+async fn write_event<E: Event>(
     tx: &mut Transaction<'_, Postgres>,
     event: &E,
     operation_key: &str,
@@ -111,7 +286,11 @@ pub async fn enqueue_event<E: Event>(
             "EnqueueOptions::max_attempts is {max_attempts}; it must be at least 1"
         )));
     }
-    let fingerprint = payload_fingerprint(E::NAME, E::VERSION, payload.as_bytes());
+    let value = serde_json::to_value(event).map_err(|source| Error::Serialize {
+        event_type: E::NAME.to_owned(),
+        source,
+    })?;
+    let fingerprint = payload_fingerprint(E::NAME, E::VERSION, &value);
     let event_id = event_id_for(E::TABLE, operation_key);
     let aggregate_id = event.aggregate_id();
     // Per-aggregate ordering compares (aggregate_type, aggregate_id); an event with an
@@ -147,45 +326,58 @@ pub async fn enqueue_event<E: Event>(
     } else {
         statements.enqueue
     };
-    let query = sqlx::query(statement)
-        .bind(event_id)
-        .bind(operation_key)
-        .bind(&fingerprint[..])
-        .bind(E::NAME)
-        .bind(version)
-        .bind(aggregate_type)
-        .bind(aggregate_id)
-        .bind(event.aggregate_version())
-        .bind(Json(&payload))
-        .bind(Json(&headers))
-        .bind(max_attempts)
-        .bind(super::micros(options.delay));
-    let query = if options.notify {
-        query.bind(super::notify_channel(E::TABLE))
-    } else {
-        query
-    };
-    if query.execute(&mut **tx).await?.rows_affected() == 1 {
-        return Ok(event_id);
+    // Bounded: each round ends in a result unless the taken key's event was deleted between
+    // the insert and the look-up, which takes a purge racing this very key.
+    for _ in 0..KEY_ROUNDS {
+        let query = sqlx::query(statement)
+            .bind(event_id)
+            .bind(operation_key)
+            .bind(&fingerprint[..])
+            .bind(E::NAME)
+            .bind(version)
+            .bind(aggregate_type)
+            .bind(aggregate_id.as_deref())
+            .bind(event.aggregate_version())
+            .bind(Json(&payload))
+            .bind(Json(&headers))
+            .bind(max_attempts)
+            .bind(super::micros(options.delay));
+        let query = if options.notify {
+            query.bind(super::notify_channel(E::TABLE))
+        } else {
+            query
+        };
+        if query.execute(&mut **tx).await?.rows_affected() == 1 {
+            return Ok(event_id);
+        }
+        // The key is taken: read the stored event with a new statement, whose snapshot sees it
+        // even when it was committed after the insert began. (Under REPEATABLE READ the insert
+        // itself reports a serialization failure instead: Error::RetryTransaction.)
+        let existing: Option<(Uuid, Vec<u8>)> = sqlx::query_as(statements.existing_by_key)
+            .bind(event_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+        let Some((existing_id, existing_fingerprint)) = existing else {
+            // The row vanished between the two statements (purged after delivery); the key is
+            // free again, so write the event as new.
+            continue;
+        };
+        // A row written before fingerprints were canonical carries the legacy fingerprint of
+        // the same payload: a command retried across the upgrade is still the same command.
+        let same_payload = existing_fingerprint == fingerprint
+            || existing_fingerprint
+                == legacy_payload_fingerprint(E::NAME, E::VERSION, payload.get().as_bytes());
+        return if same_payload {
+            Ok(existing_id)
+        } else {
+            Err(Error::OperationKeyReused {
+                operation_key: operation_key.to_owned(),
+                existing_event_id: existing_id,
+            })
+        };
     }
-    // The key is taken: read the stored event with a new statement, whose snapshot sees it even
-    // when it was committed after the insert began. (Under REPEATABLE READ the insert itself
-    // reports a serialization failure instead, which the caller retries like any other.)
-    let existing: Option<(Uuid, Vec<u8>)> = sqlx::query_as(statements.existing_by_key)
-        .bind(event_id)
-        .fetch_optional(&mut **tx)
-        .await?;
-    let Some((existing_id, existing_fingerprint)) = existing else {
-        // The row vanished between the two statements (purged after delivery, or its
-        // transaction rolled back); the key is free again, so write the event as new.
-        return Box::pin(enqueue_event(tx, event, operation_key, options)).await;
-    };
-    if existing_fingerprint == fingerprint {
-        Ok(existing_id)
-    } else {
-        Err(Error::OperationKeyReused {
-            operation_key: operation_key.to_owned(),
-            existing_event_id: existing_id,
-        })
-    }
+    Err(Error::OperationKeyVanished {
+        operation_key: operation_key.to_owned(),
+        attempts: KEY_ROUNDS,
+    })
 }

@@ -14,10 +14,15 @@
 -- common path is one plain INSERT with no RETURNING (returning a row cost ~5 % of the
 -- business transaction's throughput, measured with pgbench).
 --
--- ON CONFLICT DO NOTHING: the event id is derived from the operation key, so the unique index on
--- event_id is the key's uniqueness, and a concurrent insert of the same key waits for the other
--- transaction and then does nothing: it never raises a unique violation that would abort the
--- caller's transaction.
+-- ON CONFLICT (event_id) DO NOTHING: the event id is derived from the operation key, so the
+-- unique index on event_id is the key's uniqueness, and a concurrent insert of the same key waits
+-- for the other transaction and then does nothing: it never raises a unique violation on the
+-- event id that would abort the caller's transaction. The conflict target is named so that only
+-- the key is treated as a duplicate: a conflict on any other unique index (one an application
+-- added to the table) raises its unique violation, which enqueue reports as a typed error,
+-- instead of inserting nothing under a key that is still free. Under REPEATABLE READ or
+-- SERIALIZABLE a key committed after the transaction's snapshot raises a serialization failure
+-- (40001), which enqueue reports as "retry the transaction".
 --
 -- No wake-up here: enqueue_notify.sql appends the RETURNING clause that queues one.
 -- Index: the unique index on event_id (conflict check).
@@ -27,4 +32,4 @@ INSERT INTO /* TEMPLATE: table */outbox
      available_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
         now() + $12::bigint * interval '1 microsecond')
-ON CONFLICT DO NOTHING
+ON CONFLICT (event_id) DO NOTHING
