@@ -315,7 +315,7 @@ async fn write_event<E: Event>(
         .unwrap_or_else(|| serde_json::json!({}));
     // Before the INSERT draws the row's id: per aggregate, id order must be commit order.
     super::aggregate_lock::lock_aggregate_producers(
-        &mut **tx,
+        tx,
         E::TABLE,
         aggregate_type,
         aggregate_id.as_deref(),
