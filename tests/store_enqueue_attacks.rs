@@ -8,12 +8,12 @@ mod store_support;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
+use outbox_runtime::event::CurrentEvent;
 use outbox_runtime::store::enqueue::{
     MAX_OPERATION_KEY_BYTES, canonical_json, event_id_for, legacy_payload_fingerprint,
     payload_fingerprint,
 };
 use outbox_runtime::testing::TestDatabase;
-use outbox_runtime::event::CurrentEvent;
 use outbox_runtime::{Error, Event};
 use proptest::prelude::*;
 use schemars::JsonSchema;
@@ -205,7 +205,10 @@ fn integral_floats_and_integers_are_one_number() {
     for (a, b) in different {
         assert_ne!(fingerprint_of(&a), fingerprint_of(&b), "{a} and {b}");
     }
-    assert_eq!(canonical_json(&json!({"b": 1.0, "a": -0.0})), r#"{"a":0,"b":1}"#);
+    assert_eq!(
+        canonical_json(&json!({"b": 1.0, "a": -0.0})),
+        r#"{"a":0,"b":1}"#
+    );
     // Type and version are part of the fingerprint.
     let value = json!({"x": 1});
     assert_ne!(
@@ -227,7 +230,9 @@ async fn enqueue_bounded<E: Event + CurrentEvent>(
 ) -> Result<uuid::Uuid, Error> {
     tokio::time::timeout(ENQUEUE_DEADLINE, event.enqueue(tx, key))
         .await
-        .unwrap_or_else(|_| panic!("enqueue under key `{key}` did not return within {ENQUEUE_DEADLINE:?}"))
+        .unwrap_or_else(|_| {
+            panic!("enqueue under key `{key}` did not return within {ENQUEUE_DEADLINE:?}")
+        })
 }
 
 #[tokio::test]
@@ -276,9 +281,16 @@ async fn a_row_with_the_legacy_fingerprint_is_recognised_after_the_upgrade() {
         total_cents: 700,
     };
     let serialized = serde_json::to_string(&event).unwrap();
-    let legacy = legacy_payload_fingerprint(OrderPlaced::NAME, OrderPlaced::VERSION, serialized.as_bytes());
+    let legacy = legacy_payload_fingerprint(
+        OrderPlaced::NAME,
+        OrderPlaced::VERSION,
+        serialized.as_bytes(),
+    );
     let canonical = fingerprint_of(&event);
-    assert_ne!(legacy, canonical, "the test needs the two fingerprints to differ");
+    assert_ne!(
+        legacy, canonical,
+        "the test needs the two fingerprints to differ"
+    );
     let id = event_id_for("outbox", "legacy-key");
     // What the previous version's enqueue wrote (the same columns, its fingerprint).
     sqlx::query(
@@ -294,7 +306,12 @@ async fn a_row_with_the_legacy_fingerprint_is_recognised_after_the_upgrade() {
     .unwrap();
 
     let mut tx = db.pool().begin().await.unwrap();
-    assert_eq!(enqueue_bounded(&mut tx, &event, "legacy-key").await.unwrap(), id);
+    assert_eq!(
+        enqueue_bounded(&mut tx, &event, "legacy-key")
+            .await
+            .unwrap(),
+        id
+    );
     let other = OrderPlaced {
         total_cents: 701,
         ..event.clone()
@@ -321,7 +338,9 @@ async fn a_violated_user_unique_index_is_a_typed_error_and_the_process_survives(
         total_cents: 1,
     };
     let mut tx = db.pool().begin().await.unwrap();
-    enqueue_bounded(&mut tx, &placed, "place/o-9").await.unwrap();
+    enqueue_bounded(&mut tx, &placed, "place/o-9")
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
 
     // Another key (so a free event id), same aggregate id: only the user's index conflicts.
@@ -405,7 +424,10 @@ async fn a_key_whose_event_keeps_vanishing_is_a_typed_error_after_bounded_rounds
         other => panic!("expected OperationKeyVanished, got {other:?}"),
     }
     // Nothing was raised in the database: the transaction still works.
-    Note { text: "w".into() }.enqueue(&mut tx, "other").await.unwrap();
+    Note { text: "w".into() }
+        .enqueue(&mut tx, "other")
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     assert_eq!(count_rows(db.pool()).await, 1);
 }
@@ -416,10 +438,7 @@ async fn begin_at(
     set_isolation: &'static str,
 ) -> sqlx::Transaction<'static, sqlx::Postgres> {
     let mut tx = pool.begin().await.unwrap();
-    sqlx::query(set_isolation)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    sqlx::query(set_isolation).execute(&mut *tx).await.unwrap();
     // Take the snapshot now.
     sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
     tx
@@ -498,11 +517,12 @@ async fn a_deadlock_between_two_enqueues_says_retry_the_transaction() {
     let b_task = crossing(b, "left");
     let outcomes = [a_task.await.unwrap(), b_task.await.unwrap()];
 
-    let retries: Vec<&Error> = outcomes
-        .iter()
-        .filter_map(|o| o.as_ref().err())
-        .collect();
-    assert_eq!(retries.len(), 1, "exactly one side is the deadlock's victim: {outcomes:?}");
+    let retries: Vec<&Error> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
+    assert_eq!(
+        retries.len(),
+        1,
+        "exactly one side is the deadlock's victim: {outcomes:?}"
+    );
     assert!(
         matches!(retries[0], Error::RetryTransaction { reason } if reason.contains("40P01")),
         "{:?}",
@@ -517,12 +537,11 @@ async fn a_deadlock_between_two_enqueues_says_retry_the_transaction() {
 async fn wait_until_blocked(pool: &PgPool, pid: i32) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let blocked: bool =
-            sqlx::query_scalar("SELECT cardinality(pg_blocking_pids($1)) > 0")
-                .bind(pid)
-                .fetch_one(pool)
-                .await
-                .unwrap();
+        let blocked: bool = sqlx::query_scalar("SELECT cardinality(pg_blocking_pids($1)) > 0")
+            .bind(pid)
+            .fetch_one(pool)
+            .await
+            .unwrap();
         if blocked {
             return;
         }
@@ -572,7 +591,9 @@ async fn errors_about_long_keys_stay_small_and_an_oversized_key_is_refused() {
             assert!(message.len() < 500, "{} bytes", message.len());
             assert!(message.contains("1048576 bytes"), "{message}");
             assert!(
-                message.contains(&format!("over the limit of {MAX_OPERATION_KEY_BYTES} bytes")),
+                message.contains(&format!(
+                    "over the limit of {MAX_OPERATION_KEY_BYTES} bytes"
+                )),
                 "{message}"
             );
         }

@@ -74,7 +74,7 @@ pub enum Error {
     /// [`Error::is_retryable`] is true for it.
     #[error(
         "the transaction must be retried: {reason}; roll it back and run the whole business transaction again \
-         (a same operation key and payload then returns the existing event)"
+         (the same operation key and payload then returns the existing event)"
     )]
     RetryTransaction {
         /// What PostgreSQL reported (SQLSTATE and message).
