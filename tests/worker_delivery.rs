@@ -99,12 +99,13 @@ struct Metered {
     n: i64,
 }
 
+/// A counter series: its name and its labels, in order.
+type SeriesKey = (String, Vec<(String, String)>);
+
 /// A recorder that keeps every registered counter (name and labels) with its value.
 #[derive(Debug, Default)]
 struct CountingRecorder {
-    counters: std::sync::Mutex<
-        HashMap<(String, Vec<(String, String)>), std::sync::Arc<std::sync::atomic::AtomicU64>>,
-    >,
+    counters: std::sync::Mutex<HashMap<SeriesKey, std::sync::Arc<std::sync::atomic::AtomicU64>>>,
 }
 
 impl CountingRecorder {
