@@ -67,6 +67,10 @@ pub struct Config {
     pub lease: u8,
     pub backoff: u8,
     pub retention: u8,
+    /// Merge states that differ only by which worker holds what (workers are interchangeable:
+    /// no guard reads `claimed_by`). Halves the states; off for printed traces, where a worker
+    /// should keep its name from step to step.
+    pub symmetric_workers: bool,
 }
 
 impl Config {
@@ -91,6 +95,7 @@ impl Config {
             lease: 2,
             backoff: 1,
             retention: 0,
+            symmetric_workers: true,
         }
     }
 
@@ -387,7 +392,7 @@ impl Protocol {
 /// Renumber claim versions (see the module comment): per row, the current version becomes 2
 /// once it is 2 or more, a worker's copy of it 2, and every older copy 1. Then order the
 /// workers.
-fn canonical(mut state: State) -> State {
+fn canonical(mut state: State, symmetric_workers: bool) -> State {
     for event in 0..state.rows.len() {
         let version = state.rows[event].claim_version;
         if version >= 2 {
@@ -405,7 +410,9 @@ fn canonical(mut state: State) -> State {
     }
     // Workers are interchangeable (no guard reads which worker holds a claim): keep them in a
     // canonical order, so two states that differ only by naming the workers are one state.
-    state.held.sort_unstable();
+    if symmetric_workers {
+        state.held.sort_unstable();
+    }
     state
 }
 
@@ -612,7 +619,7 @@ impl Model for Protocol {
                 s.rows[event].status = Status::Deleted;
             }
         }
-        Some(canonical(s))
+        Some(canonical(s, self.config.symmetric_workers))
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
