@@ -731,11 +731,12 @@ pub fn check_liveness(model: &Protocol) -> Liveness {
                 continue;
             };
             edges += 1;
-            let to = match index.get(&fingerprint(&next)) {
+            let key = fingerprint(&next);
+            let to = match index.get(&key) {
                 Some(&to) => to,
                 None => {
                     let to = states.len();
-                    index.insert(fingerprint(&next), to);
+                    index.insert(key, to);
                     states.push(next);
                     parent.push(Some((at, action)));
                     reverse.push(Vec::new());
