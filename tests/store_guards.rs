@@ -47,6 +47,7 @@ use outbox_runtime::testing::TestDatabase;
 /// Statements that change no row: their filters decide what is read, not what is written.
 const READ_ONLY: &[&str] = &[
     "existing_by_key",
+    "completed_earlier",
     "count_delivered",
     "gauges",
     "exhausted_events",
@@ -185,6 +186,12 @@ fn witnesses() -> Vec<Witness> {
         |ids, v| vec![one_id(ids), Int(v)],
         Updated,
     ));
+    all.extend(fenced(
+        "exhaust_undecodable",
+        false,
+        |ids, v| vec![one_id(ids), Int(v), Text("payload nested too deep")],
+        Updated,
+    ));
 
     let claim = || [Int(10), Int(ONE_MINUTE_US), Text("worker-w")];
     for (statement, prefix) in [("claim_batch", ""), ("claim_batch_ordered", "o.")] {
@@ -260,30 +267,32 @@ fn witnesses() -> Vec<Witness> {
             .real([Updated("b")]),
     ]);
 
-    let recover = "recover_expired";
+    // limit, backoff base, backoff cap, jitter.
+    let recover = || [Int(10), Int(ONE_MINUTE_US), Int(ONE_HOUR_US), Bool(false)];
+    let recover_name = "recover_expired";
     all.extend([
-        witness(recover, "o.id = ANY (ARRAY(SELECT id FROM expired))")
+        witness(recover_name, "o.id = ANY (ARRAY(SELECT id FROM expired))")
             .row("a", LIVE)
-            .params([Int(10)])
+            .params(recover())
             .without([Updated("a")]),
-        witness(recover, "delivered_at IS NULL")
+        witness(recover_name, "delivered_at IS NULL")
             .row("a", "status = 'processing', claim_version = 1, lease_until = now() - interval '1 minute', delivered_at = now()")
             .forbidden_by_schema()
-            .params([Int(10)])
+            .params(recover())
             .without([Updated("a")]),
-        witness(recover, "exhausted_at IS NULL")
+        witness(recover_name, "exhausted_at IS NULL")
             .row("a", "status = 'processing', claim_version = 1, lease_until = now() - interval '1 minute', exhausted_at = now()")
             .forbidden_by_schema()
-            .params([Int(10)])
+            .params(recover())
             .without([Updated("a")]),
-        witness(recover, "status = 'processing'")
+        witness(recover_name, "status = 'processing'")
             .row("a", "claim_version = 1, lease_until = now() - interval '1 minute'")
-            .params([Int(10)])
+            .params(recover())
             .without([Updated("a")]),
         // A live lease is never taken away: the guard against recovering a working claim.
-        witness(recover, "lease_until <= now()")
+        witness(recover_name, "lease_until <= now()")
             .row("a", LIVE)
-            .params([Int(10)])
+            .params(recover())
             .without([Updated("a")]),
     ]);
 
@@ -460,4 +469,21 @@ async fn every_witness_shows_its_predicate_decides() {
     }
     println!("{} witnesses played", witnesses.len());
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+/// docs/protocol-model.md maps each guarded statement to the model's guard; a statement with a
+/// WHERE clause that the table does not name is a guard the model may not know.
+#[test]
+fn every_guarded_statement_is_in_the_model_table() {
+    let doc = include_str!("../docs/protocol-model.md");
+    let missing: Vec<&str> = guarded_statements()
+        .into_iter()
+        .filter(|(_, (_, found))| !found.is_empty())
+        .map(|(name, _)| name)
+        .filter(|name| !doc.contains(&format!("`{name}.sql`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/protocol-model.md does not map these statements to a model guard: {missing:?}"
+    );
 }
