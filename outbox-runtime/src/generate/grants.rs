@@ -70,12 +70,6 @@ const SPECIAL_ROLE_NAMES: [&str; 6] = [
 /// never one of [`SPECIAL_ROLE_NAMES`] nor a `pg_` name (PostgreSQL reserves those for its
 /// predefined roles, such as `pg_write_all_data`).
 fn validate_role_name(role: &str) -> Result<()> {
-    crate::store::validate_table_name(role).map_err(|_| {
-        Error::Config(format!(
-            "`{role}` is not a usable role name here: use 1 to 63 lowercase ASCII letters, digits and underscores, \
-             starting with a letter or underscore"
-        ))
-    })?;
     if SPECIAL_ROLE_NAMES.contains(&role) || role.starts_with("pg_") {
         return Err(Error::Config(format!(
             "`{role}` is not a role of its own: PostgreSQL reads `public`, `current_user`, `current_role`, `session_user`, \
@@ -83,7 +77,12 @@ fn validate_role_name(role: &str) -> Result<()> {
              create a dedicated role (`CREATE ROLE shop_app LOGIN PASSWORD ...`) and name it here"
         )));
     }
-    Ok(())
+    crate::store::validate_table_name(role).map_err(|_| {
+        Error::Config(format!(
+            "`{role}` is not a usable role name here: use 1 to 63 lowercase ASCII letters, digits and underscores, \
+             starting with a letter or underscore, that is not an SQL reserved word"
+        ))
+    })
 }
 
 #[cfg(test)]
