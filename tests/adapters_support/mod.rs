@@ -546,15 +546,19 @@ where
     }
 }
 
-/// Everything every thread of this test binary logged, at every level (TRACE and up), as the
-/// `fmt` subscriber writes it. Installed once per process as the global subscriber, so it also
-/// sees the worker's and the receiver's tasks; tests look for values of their own.
+/// Everything every thread of this test binary logged, as the `fmt` subscriber writes it: every
+/// crate at DEBUG and up, this project at TRACE too. (async-nats's TRACE protocol dump shows
+/// the CONNECT frame with the user name, password masked: a wire trace, beyond this project.)
+/// Installed once per process as the global subscriber, so it also sees the worker's and the
+/// receiver's tasks; tests look for values of their own.
 pub fn captured_logs() -> &'static CapturedLogs {
     static LOGS: std::sync::OnceLock<CapturedLogs> = std::sync::OnceLock::new();
     LOGS.get_or_init(|| {
         let logs = CapturedLogs(Arc::new(Mutex::new(Vec::new())));
         let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "debug,outbox_runtime=trace",
+            ))
             .with_ansi(false)
             .with_writer(logs.clone())
             .finish();

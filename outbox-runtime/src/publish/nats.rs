@@ -113,9 +113,16 @@ impl NatsPublisher {
     pub async fn connect(url: &str, config: NatsConfig) -> Result<NatsPublisher> {
         let redactor = Redactor::for_url(url);
         let shown = redact::shown_url(url);
-        let client = async_nats::ConnectOptions::new()
-            .connection_timeout(config.ack_timeout)
-            .connect(url)
+        // The client logs the server address it connects to (at DEBUG): give it the address
+        // without credentials, and the credentials as options.
+        let mut options = async_nats::ConnectOptions::new().connection_timeout(config.ack_timeout);
+        match redact::userinfo(url) {
+            Some((user, Some(password))) => options = options.user_and_password(user, password),
+            Some((token, None)) => options = options.token(token),
+            None => {}
+        }
+        let client = options
+            .connect(shown.as_str())
             .await
             .map_err(|e| {
                 Error::Config(format!(

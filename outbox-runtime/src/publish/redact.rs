@@ -202,6 +202,21 @@ pub fn shown_url(url: &str) -> String {
         .join(",")
 }
 
+/// The userinfo of the first URL of `url` (a comma-separated list) that has one,
+/// percent-decoded: `(user, Some(password))`, or `(token, None)` for a bare `token@`.
+pub fn userinfo(url: &str) -> Option<(String, Option<String>)> {
+    url.split(',').find_map(|part| {
+        let part = part.trim();
+        let rest = part.find("://").map_or(part, |i| &part[i + 3..]);
+        let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+        let (userinfo, _host) = authority.rsplit_once('@')?;
+        Some(match userinfo.split_once(':') {
+            Some((user, password)) => (percent_decode(user), Some(percent_decode(password))),
+            None => (percent_decode(userinfo), None),
+        })
+    })
+}
+
 /// The secrets of `url` as written (possibly percent-encoded): userinfo parts, query values,
 /// fragment. Parsed by hand so that a URL the `url` crate refuses is still covered.
 fn url_secrets(url: &str) -> Vec<String> {
@@ -379,6 +394,12 @@ mod tests {
         assert_eq!(shown_url("nats://u:p@h1:4222,nats://t@h2"), "nats://h1:4222,nats://h2");
         assert_eq!(shown_url("tok@127.0.0.1:4222"), "127.0.0.1:4222");
         assert_eq!(shown_url("not a url?x=1"), "not a url");
+        assert_eq!(
+            userinfo("nats://h0,nats://u%40x:p%3As@h1"),
+            Some(("u@x".to_owned(), Some("p:s".to_owned())))
+        );
+        assert_eq!(userinfo("nats://tok@h"), Some(("tok".to_owned(), None)));
+        assert_eq!(userinfo("nats://h/p@q"), None);
     }
 
     #[test]
