@@ -531,7 +531,13 @@ async fn status_validates_the_table_name_before_connecting() {
 
     let (exit, _, err) = outbox(
         &cli,
-        &["status", "--table", "x; DROP TABLE outbox", "--database-url", &url],
+        &[
+            "status",
+            "--table",
+            "x; DROP TABLE outbox",
+            "--database-url",
+            &url,
+        ],
     )
     .await;
     assert_eq!((exit, exit.code()), (Exit::Usage, 2), "{err}");
@@ -539,7 +545,11 @@ async fn status_validates_the_table_name_before_connecting() {
     assert!(!err.contains("cannot connect"), "{err}");
 
     // A good name does reach the (closed) port: the order of the checks is what the test shows.
-    let (exit, _, err) = outbox(&cli, &["status", "--table", "outbox", "--database-url", &url]).await;
+    let (exit, _, err) = outbox(
+        &cli,
+        &["status", "--table", "outbox", "--database-url", &url],
+    )
+    .await;
     assert_eq!(exit, Exit::Database, "{err}");
     assert!(err.contains("cannot connect to the database"), "{err}");
 }

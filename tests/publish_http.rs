@@ -7,8 +7,8 @@ mod adapters_support;
 use std::time::Duration;
 
 use adapters_support::{
-    LEASE, OrderShipped, Receiver, Settled, Step, TRACEPARENT, UrlSecrets, attempt,
-    captured_logs, claim, closed_port, enqueue, exhaust_with_a_worker, row, wait_until,
+    LEASE, OrderShipped, Receiver, Settled, Step, TRACEPARENT, UrlSecrets, attempt, captured_logs,
+    claim, closed_port, enqueue, exhaust_with_a_worker, row, wait_until,
 };
 use outbox_runtime::delivery::FailureKind;
 use outbox_runtime::inbox::{self, ApplyOutcome};
@@ -113,9 +113,11 @@ async fn a_lost_response_is_retried_with_the_same_key_and_applied_once() {
     );
     assert_eq!(settled, Settled::Rescheduled);
     // The receiver records a request once its effect committed.
-    wait_until("the receiver recorded the request", Duration::from_secs(10), || async {
-        !receiver.seen().is_empty()
-    })
+    wait_until(
+        "the receiver recorded the request",
+        Duration::from_secs(10),
+        || async { !receiver.seen().is_empty() },
+    )
     .await;
     let after_first = row(db.pool(), event_id).await;
     assert_eq!(
@@ -301,9 +303,11 @@ async fn a_429_is_retried_no_earlier_than_its_retry_after() {
     );
 
     // Once the database clock passes Retry-After, the event is claimable and delivered.
-    wait_until("the event claimable after Retry-After", Duration::from_secs(10), || async {
-        row(db.pool(), event_id).await.ready
-    })
+    wait_until(
+        "the event claimable after Retry-After",
+        Duration::from_secs(10),
+        || async { row(db.pool(), event_id).await.ready },
+    )
     .await;
     let (outcome, settled) = attempt(&store, &sink).await;
     assert_eq!(outcome, Ok(()));
@@ -483,9 +487,11 @@ async fn a_lost_lease_abandons_the_request() {
     let lost = CancellationToken::new();
     let delivery = Delivery::new(&event, lost.clone());
     let cancel_when_seen = async {
-        wait_until("the receiver holding the request", Duration::from_secs(10), || async {
-            !receiver.seen().is_empty()
-        })
+        wait_until(
+            "the receiver holding the request",
+            Duration::from_secs(10),
+            || async { !receiver.seen().is_empty() },
+        )
         .await;
         lost.cancel();
     };
@@ -557,7 +563,11 @@ async fn receiver_pages_repeating_the_url_leak_no_credentials() {
     let mut statuses: Vec<u16> = receiver.seen().iter().map(|s| s.answered).collect();
     statuses.sort_unstable();
     assert_eq!(statuses, vec![302, 404, 503]);
-    for status in ["HTTP 302 Found", "HTTP 404 Not Found", "HTTP 503 Service Unavailable"] {
+    for status in [
+        "HTTP 302 Found",
+        "HTTP 404 Not Found",
+        "HTTP 503 Service Unavailable",
+    ] {
         assert!(
             reasons.iter().any(|r| r.starts_with(status)),
             "{status} in {reasons:?}"
@@ -569,7 +579,11 @@ async fn receiver_pages_repeating_the_url_leak_no_credentials() {
             reason.contains(&marker) && reason.contains("[redacted]"),
             "the body's harmless part is kept: {reason}"
         );
-        assert!(reason.len() <= 2048 + 200, "bounded: {} bytes", reason.len());
+        assert!(
+            reason.len() <= 2048 + 200,
+            "bounded: {} bytes",
+            reason.len()
+        );
     }
     let text = logs.text();
     secrets.assert_absent(&text, "the log");
@@ -593,7 +607,8 @@ async fn a_secret_across_the_reason_limit_is_not_kept_in_part() {
     let url = secrets.url("http", &addr.to_string(), "/events");
     // The password starts 4 bytes before the limit.
     let body = format!("{}{}", "x".repeat(60), secrets.password);
-    let _receiver = Receiver::start_on(addr.port(), db.pool(), vec![Step::respond(422, &body)]).await;
+    let _receiver =
+        Receiver::start_on(addr.port(), db.pool(), vec![Step::respond(422, &body)]).await;
     let sink = HttpPublisher::new(
         &url,
         HttpConfig {
@@ -626,13 +641,20 @@ async fn a_refused_connection_leaks_no_credentials() {
 
     let reasons = exhaust_with_a_worker(db.pool(), sink, &[event_id]).await;
 
-    assert!(reasons[0].contains("cannot connect to http://127.0.0.1:"), "{}", reasons[0]);
+    assert!(
+        reasons[0].contains("cannot connect to http://127.0.0.1:"),
+        "{}",
+        reasons[0]
+    );
     secrets.assert_absent(&reasons[0], "last_error");
     secrets.assert_absent(&logs.text(), "the log");
     let unparsable = HttpPublisher::new(&url.replace("127.0.0.1", "[::1"), HttpConfig::default())
         .unwrap_err()
         .to_string();
-    assert!(unparsable.contains("is not a valid receiver URL"), "{unparsable}");
+    assert!(
+        unparsable.contains("is not a valid receiver URL"),
+        "{unparsable}"
+    );
     secrets.assert_absent(&unparsable, "the configuration error");
     let not_http = HttpPublisher::new(&url.replace("http://", "ftp://"), HttpConfig::default())
         .unwrap_err()

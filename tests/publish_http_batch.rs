@@ -222,9 +222,11 @@ async fn a_worker_sends_batches_through_the_batch_publisher() {
         .start()
         .await
         .unwrap();
-    wait_until("the receiver applied every event", Duration::from_secs(60), || async {
-        receiver.total_effects().await == EVENTS as i64
-    })
+    wait_until(
+        "the receiver applied every event",
+        Duration::from_secs(60),
+        || async { receiver.total_effects().await == EVENTS as i64 },
+    )
     .await;
     wait_until("every row delivered", Duration::from_secs(60), || async {
         let mut delivered = 0;
@@ -278,11 +280,22 @@ async fn batch_answers_repeating_the_url_leak_no_credentials() {
     let (echoed, _) = enqueue(db.pool(), &format!("echo:{body}"), 1).await;
     let reasons2 = exhaust_with_a_worker(db.pool(), sink, &[echoed]).await;
 
-    assert!(reasons[0].starts_with("HTTP 307 Temporary Redirect"), "{}", reasons[0]);
-    assert!(reasons2[0].starts_with("HTTP 422 Unprocessable Entity"), "{}", reasons2[0]);
+    assert!(
+        reasons[0].starts_with("HTTP 307 Temporary Redirect"),
+        "{}",
+        reasons[0]
+    );
+    assert!(
+        reasons2[0].starts_with("HTTP 422 Unprocessable Entity"),
+        "{}",
+        reasons2[0]
+    );
     for reason in reasons.iter().chain(&reasons2) {
         secrets.assert_absent(reason, "last_error");
-        assert!(reason.contains(&marker) && reason.contains("[redacted]"), "{reason}");
+        assert!(
+            reason.contains(&marker) && reason.contains("[redacted]"),
+            "{reason}"
+        );
     }
     secrets.assert_absent(&logs.text(), "the log");
 }

@@ -301,7 +301,10 @@ async fn credentials_in_the_server_url_leak_nowhere() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(err.contains("cannot connect to NATS at nats://127.0.0.1:"), "{err}");
+    assert!(
+        err.contains("cannot connect to NATS at nats://127.0.0.1:"),
+        "{err}"
+    );
     secrets.assert_absent(&err, "the connection error");
 
     // The test server has no authorization configured, so it ignores the credentials.
@@ -319,7 +322,11 @@ async fn credentials_in_the_server_url_leak_nowhere() {
     let db = TestDatabase::new().await;
     let (event_id, _) = enqueue(db.pool(), "nostream", 1).await;
     let reasons = exhaust_with_a_worker(db.pool(), publisher, &[event_id]).await;
-    assert!(reasons[0].contains("no JetStream stream captures subject"), "{}", reasons[0]);
+    assert!(
+        reasons[0].contains("no JetStream stream captures subject"),
+        "{}",
+        reasons[0]
+    );
     secrets.assert_absent(&reasons[0], "last_error");
     secrets.assert_absent(&logs.text(), "the log");
 }

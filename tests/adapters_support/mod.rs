@@ -500,24 +500,24 @@ async fn on_batch(
 
 /// Run a real worker over `sink` until every one of `ids` is exhausted (each enqueued with one
 /// attempt), and return their `last_error`s.
-pub async fn exhaust_with_a_worker(
-    pool: &PgPool,
-    sink: impl Sink,
-    ids: &[Uuid],
-) -> Vec<String> {
+pub async fn exhaust_with_a_worker(pool: &PgPool, sink: impl Sink, ids: &[Uuid]) -> Vec<String> {
     let worker = outbox_runtime::worker::Worker::builder(pool.clone(), sink)
         .lease(LEASE)
         .poll_interval(Duration::from_millis(100))
         .start()
         .await
         .unwrap();
-    wait_until("every event exhausted by the worker", Duration::from_secs(30), || async {
-        let mut all = true;
-        for id in ids {
-            all &= row(pool, *id).await.status == "exhausted";
-        }
-        all
-    })
+    wait_until(
+        "every event exhausted by the worker",
+        Duration::from_secs(30),
+        || async {
+            let mut all = true;
+            for id in ids {
+                all &= row(pool, *id).await.status == "exhausted";
+            }
+            all
+        },
+    )
     .await;
     worker.shutdown().await;
     let mut reasons = Vec::new();

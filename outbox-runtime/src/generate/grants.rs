@@ -95,7 +95,9 @@ mod tests {
         assert!(grants_sql(&["Outbox"], "e", "w").is_err());
         assert!(grants_sql(&["outbox"], "same", "same").is_err());
         for special in SPECIAL_ROLE_NAMES.iter().chain(&["pg_write_all_data"]) {
-            let err = grants_sql(&["outbox"], special, "w").unwrap_err().to_string();
+            let err = grants_sql(&["outbox"], special, "w")
+                .unwrap_err()
+                .to_string();
             assert!(err.contains("is not a role of its own"), "{special}: {err}");
             assert!(grants_sql(&["outbox"], "e", special).is_err(), "{special}");
             assert!(inbox_grants_sql(&[special]).is_err(), "{special}");

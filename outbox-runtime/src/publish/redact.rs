@@ -195,7 +195,9 @@ pub fn shown_url(url: &str) -> String {
             let rest = &rest[..rest.find(['?', '#']).unwrap_or(rest.len())];
             let authority_end = rest.find('/').unwrap_or(rest.len());
             let (authority, path) = rest.split_at(authority_end);
-            let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+            let host = authority
+                .rsplit_once('@')
+                .map_or(authority, |(_, host)| host);
             format!("{scheme}{host}{path}")
         })
         .collect::<Vec<_>>()
@@ -270,7 +272,9 @@ fn spellings(written: &str) -> Vec<String> {
             out.push(percent_encode(&plain, upper, |_| false));
             out.push(percent_encode(&plain, upper, is_unreserved));
             out.push(percent_encode(&plain, upper, is_unreserved).replace("%20", "+"));
-            out.push(percent_encode(&plain, upper, |b| b != b'%' && b.is_ascii_graphic()));
+            out.push(percent_encode(&plain, upper, |b| {
+                b != b'%' && b.is_ascii_graphic()
+            }));
         }
         out.push(plain);
     }
@@ -360,7 +364,9 @@ mod tests {
         let r = Redactor::for_url(URL);
         let text = "alice p%40ss+w0rd p@ss+w0rd p@ss w0rd p%40ss%2Bw0rd T0k%2Fen T0k/en t0k%2fen T0k%2fen frag";
         let out = r.redact(text);
-        for secret in ["alice", "p@ss", "p%40ss", "T0k/en", "T0k%2F", "T0k%2f", "frag"] {
+        for secret in [
+            "alice", "p@ss", "p%40ss", "T0k/en", "T0k%2F", "T0k%2f", "frag",
+        ] {
             assert!(!out.contains(secret), "{secret} in {out}");
         }
         assert!(out.contains("[redacted]"), "{out}");
@@ -384,14 +390,20 @@ mod tests {
         // The limit falls inside the secret: it is redacted whole first.
         let out = r.bounded(b"page: supersecret tail", 9, false);
         assert_eq!(out, "page: [re [truncated]");
-        assert_eq!(r.bounded("é".repeat(10).as_bytes(), 5, false), "éé [truncated]");
+        assert_eq!(
+            r.bounded("é".repeat(10).as_bytes(), 5, false),
+            "éé [truncated]"
+        );
         assert_eq!(r.bounded(b"short", 10, false), "short");
     }
 
     #[test]
     fn urls_are_shown_without_userinfo_or_query() {
         assert_eq!(shown_url(URL), "https://hooks.example/in");
-        assert_eq!(shown_url("nats://u:p@h1:4222,nats://t@h2"), "nats://h1:4222,nats://h2");
+        assert_eq!(
+            shown_url("nats://u:p@h1:4222,nats://t@h2"),
+            "nats://h1:4222,nats://h2"
+        );
         assert_eq!(shown_url("tok@127.0.0.1:4222"), "127.0.0.1:4222");
         assert_eq!(shown_url("not a url?x=1"), "not a url");
         assert_eq!(
@@ -405,7 +417,10 @@ mod tests {
     #[test]
     fn debug_never_shows_the_secrets() {
         let shown = format!("{:?}", Redactor::for_url(URL));
-        assert!(!shown.contains("alice") && !shown.contains("T0k"), "{shown}");
+        assert!(
+            !shown.contains("alice") && !shown.contains("T0k"),
+            "{shown}"
+        );
     }
 
     fn secret() -> impl Strategy<Value = String> {
