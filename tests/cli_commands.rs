@@ -488,3 +488,68 @@ async fn grants_prints_sql_for_the_tables_the_events_name() {
     assert_eq!(exit, Exit::Usage, "{err}");
     assert!(err.contains("is not a usable role name"), "{err}");
 }
+
+/// `GRANT ... TO public` would give every role of the cluster the right to enqueue (or to
+/// change delivery state); `current_user` and the like name whoever applies the migration.
+#[tokio::test]
+async fn grants_refuses_role_names_postgres_reads_specially() {
+    let cli = Outbox::new().events(vec![parcel_event()]);
+    for special in [
+        "public",
+        "current_user",
+        "current_role",
+        "session_user",
+        "none",
+        "user",
+        "pg_write_all_data",
+    ] {
+        for args in [
+            ["grants", "--enqueuer", special, "--worker", "shop_worker"],
+            ["grants", "--enqueuer", "shop_app", "--worker", special],
+        ] {
+            let (exit, out, err) = outbox(&cli, &args).await;
+            assert_eq!(exit, Exit::Usage, "{args:?}: {err}");
+            assert!(out.is_empty(), "{args:?} printed SQL: {out}");
+            assert!(
+                err.contains(&format!("`{special}` is not a role of its own"))
+                    && err.contains("create a dedicated role"),
+                "{args:?}: {err}"
+            );
+        }
+    }
+}
+
+/// The table name is checked before any connection: with nothing listening at the database
+/// URL, a bad name still gets the table-name error (not "cannot connect").
+#[tokio::test]
+async fn status_validates_the_table_name_before_connecting() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let url = format!("postgres://postgres@127.0.0.1:{port}/none");
+    let cli = Outbox::new();
+
+    let (exit, _, err) = outbox(
+        &cli,
+        &[
+            "status",
+            "--table",
+            "x; DROP TABLE outbox",
+            "--database-url",
+            &url,
+        ],
+    )
+    .await;
+    assert_eq!((exit, exit.code()), (Exit::Usage, 2), "{err}");
+    assert!(err.contains("is not a valid outbox table name"), "{err}");
+    assert!(!err.contains("cannot connect"), "{err}");
+
+    // A good name does reach the (closed) port: the order of the checks is what the test shows.
+    let (exit, _, err) = outbox(
+        &cli,
+        &["status", "--table", "outbox", "--database-url", &url],
+    )
+    .await;
+    assert_eq!(exit, Exit::Database, "{err}");
+    assert!(err.contains("cannot connect to the database"), "{err}");
+}

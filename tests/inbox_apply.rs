@@ -194,24 +194,30 @@ async fn concurrent_duplicates_on_two_connections_apply_one_effect() {
             outcome
         });
 
-        // Wait (on the database's word, not a timer) until the second is blocked on the first's key.
-        loop {
-            let waiting: bool = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock')",
-            )
-            .bind(second_pid)
-            .fetch_one(db.pool())
-            .await
-            .unwrap();
-            if waiting {
-                break;
+        // Wait (on the database's word, not a timer) until the second is blocked on the first's
+        // key; bounded, so a second apply that neither waits nor finishes fails the test.
+        let blocked = async {
+            loop {
+                let waiting: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock')",
+                )
+                .bind(second_pid)
+                .fetch_one(db.pool())
+                .await
+                .unwrap();
+                if waiting {
+                    break;
+                }
+                assert!(
+                    !second_delivery.is_finished(),
+                    "the second apply must wait for the first transaction"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            assert!(
-                !second_delivery.is_finished(),
-                "the second apply must wait for the first transaction"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        };
+        tokio::time::timeout(Duration::from_secs(10), blocked)
+            .await
+            .expect("the second apply waits on the first's lock within 10 s");
 
         if first_commits {
             first_tx.commit().await.unwrap();

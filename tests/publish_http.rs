@@ -7,8 +7,8 @@ mod adapters_support;
 use std::time::Duration;
 
 use adapters_support::{
-    LEASE, OrderShipped, Receiver, Settled, Step, TRACEPARENT, attempt, claim, closed_port,
-    enqueue, row,
+    LEASE, OrderShipped, Receiver, Settled, Step, TRACEPARENT, UrlSecrets, attempt, captured_logs,
+    claim, closed_port, enqueue, exhaust_with_a_worker, row, wait_until,
 };
 use outbox_runtime::delivery::FailureKind;
 use outbox_runtime::inbox::{self, ApplyOutcome};
@@ -113,9 +113,12 @@ async fn a_lost_response_is_retried_with_the_same_key_and_applied_once() {
     );
     assert_eq!(settled, Settled::Rescheduled);
     // The receiver records a request once its effect committed.
-    while receiver.seen().is_empty() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until(
+        "the receiver recorded the request",
+        Duration::from_secs(10),
+        || async { !receiver.seen().is_empty() },
+    )
+    .await;
     let after_first = row(db.pool(), event_id).await;
     assert_eq!(
         (after_first.status.as_str(), after_first.handler_failures),
@@ -300,9 +303,12 @@ async fn a_429_is_retried_no_earlier_than_its_retry_after() {
     );
 
     // Once the database clock passes Retry-After, the event is claimable and delivered.
-    while !row(db.pool(), event_id).await.ready {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        "the event claimable after Retry-After",
+        Duration::from_secs(10),
+        || async { row(db.pool(), event_id).await.ready },
+    )
+    .await;
     let (outcome, settled) = attempt(&store, &sink).await;
     assert_eq!(outcome, Ok(()));
     assert_eq!(settled, Settled::Delivered);
@@ -356,6 +362,7 @@ async fn a_connection_dropped_after_the_effect_is_retried_and_applied_once() {
             // Read the headers, then Content-Length bytes of body.
             let (head_end, length) = loop {
                 let n = socket.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the client closed before the end of the headers");
                 request.extend_from_slice(&buf[..n]);
                 if let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
                     let head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
@@ -369,6 +376,7 @@ async fn a_connection_dropped_after_the_effect_is_retried_and_applied_once() {
             };
             while request.len() < head_end + length {
                 let n = socket.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the client closed before the end of the body");
                 request.extend_from_slice(&buf[..n]);
             }
             let head = String::from_utf8_lossy(&request[..head_end]).to_ascii_lowercase();
@@ -424,7 +432,10 @@ async fn a_connection_dropped_after_the_effect_is_retried_and_applied_once() {
     assert_eq!(second, Ok(()), "409 for the known key");
     assert_eq!(settled, Settled::Delivered);
 
-    let keys = server.await.unwrap();
+    let keys = tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("the hand-written server saw both connections")
+        .unwrap();
     let key = event_id.to_string();
     assert_eq!(keys, vec![Some(key.clone()), Some(key)]);
     assert_eq!(recorder.effects(event_id).await, 1);
@@ -476,9 +487,12 @@ async fn a_lost_lease_abandons_the_request() {
     let lost = CancellationToken::new();
     let delivery = Delivery::new(&event, lost.clone());
     let cancel_when_seen = async {
-        while receiver.seen().is_empty() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        wait_until(
+            "the receiver holding the request",
+            Duration::from_secs(10),
+            || async { !receiver.seen().is_empty() },
+        )
+        .await;
         lost.cancel();
     };
     let (outcome, ()) = tokio::join!(sink.deliver(&event, &delivery), cancel_when_seen);
@@ -513,4 +527,137 @@ async fn a_lost_lease_abandons_the_request() {
         vec![200, 409]
     );
     assert_eq!(receiver.effects(event_id).await, 1);
+}
+
+/// A receiver that answers 3xx, 4xx and 5xx with a page repeating the target URL and each of
+/// its secrets (raw and percent-encoded): neither `last_error`, nor the publisher's `Debug`,
+/// nor any log line holds a secret; the body's harmless part is kept (bounded) and logged at
+/// DEBUG.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receiver_pages_repeating_the_url_leak_no_credentials() {
+    let logs = captured_logs();
+    let db = TestDatabase::new().await;
+    let secrets = UrlSecrets::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let url = secrets.url("http", &addr.to_string(), "/events");
+    let marker = format!("page-{}", uuid::Uuid::new_v4().simple());
+    let body = secrets.body(&url, &marker);
+    let script = [302, 404, 503]
+        .into_iter()
+        .map(|status| Step::respond(status, &body))
+        .collect();
+    let receiver = Receiver::start_on(addr.port(), db.pool(), script).await;
+    let sink = publisher(&url, Duration::from_secs(5));
+    let shown = format!("{sink:?}");
+    secrets.assert_absent(&shown, "Debug of the publisher");
+    assert!(shown.contains(&format!("http://{addr}/events")), "{shown}");
+
+    let mut ids = Vec::new();
+    for note in ["a", "b", "c"] {
+        ids.push(enqueue(db.pool(), note, 1).await.0);
+    }
+    let reasons = exhaust_with_a_worker(db.pool(), sink, &ids).await;
+
+    let mut statuses: Vec<u16> = receiver.seen().iter().map(|s| s.answered).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, vec![302, 404, 503]);
+    for status in [
+        "HTTP 302 Found",
+        "HTTP 404 Not Found",
+        "HTTP 503 Service Unavailable",
+    ] {
+        assert!(
+            reasons.iter().any(|r| r.starts_with(status)),
+            "{status} in {reasons:?}"
+        );
+    }
+    for reason in &reasons {
+        secrets.assert_absent(reason, "last_error");
+        assert!(
+            reason.contains(&marker) && reason.contains("[redacted]"),
+            "the body's harmless part is kept: {reason}"
+        );
+        assert!(
+            reason.len() <= 2048 + 200,
+            "bounded: {} bytes",
+            reason.len()
+        );
+    }
+    let text = logs.text();
+    secrets.assert_absent(&text, "the log");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("DEBUG") && l.contains(&marker)),
+        "the receiver's body is logged at DEBUG"
+    );
+}
+
+/// The body is cut to `max_reason_bytes` after redaction: a secret across the cut is replaced
+/// whole, never kept in part.
+#[tokio::test]
+async fn a_secret_across_the_reason_limit_is_not_kept_in_part() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let secrets = UrlSecrets::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let url = secrets.url("http", &addr.to_string(), "/events");
+    // The password starts 4 bytes before the limit.
+    let body = format!("{}{}", "x".repeat(60), secrets.password);
+    let _receiver =
+        Receiver::start_on(addr.port(), db.pool(), vec![Step::respond(422, &body)]).await;
+    let sink = HttpPublisher::new(
+        &url,
+        HttpConfig {
+            max_reason_bytes: 64,
+            ..HttpConfig::default()
+        },
+    )
+    .unwrap();
+    enqueue(db.pool(), "cut", 1).await;
+
+    let (outcome, settled) = attempt(&store, &sink).await;
+    assert_eq!(settled, Settled::Exhausted);
+    let reason = outcome.unwrap_err().message;
+    assert!(reason.ends_with(" [truncated]"), "{reason}");
+    assert!(
+        !reason.contains(&secrets.password[..4]),
+        "no start of the password at the cut: {reason}"
+    );
+}
+
+/// Connection refused: reqwest's error names the URL; the reason and the logs must not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_leaks_no_credentials() {
+    let logs = captured_logs();
+    let db = TestDatabase::new().await;
+    let secrets = UrlSecrets::new();
+    let url = secrets.url("http", &format!("127.0.0.1:{}", closed_port()), "/events");
+    let sink = publisher(&url, Duration::from_secs(5));
+    let (event_id, _) = enqueue(db.pool(), "refused", 1).await;
+
+    let reasons = exhaust_with_a_worker(db.pool(), sink, &[event_id]).await;
+
+    assert!(
+        reasons[0].contains("cannot connect to http://127.0.0.1:"),
+        "{}",
+        reasons[0]
+    );
+    secrets.assert_absent(&reasons[0], "last_error");
+    secrets.assert_absent(&logs.text(), "the log");
+    let unparsable = HttpPublisher::new(&url.replace("127.0.0.1", "[::1"), HttpConfig::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        unparsable.contains("is not a valid receiver URL"),
+        "{unparsable}"
+    );
+    secrets.assert_absent(&unparsable, "the configuration error");
+    let not_http = HttpPublisher::new(&url.replace("http://", "ftp://"), HttpConfig::default())
+        .unwrap_err()
+        .to_string();
+    secrets.assert_absent(&not_http, "the configuration error");
 }

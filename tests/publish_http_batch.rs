@@ -5,7 +5,10 @@ mod adapters_support;
 
 use std::time::Duration;
 
-use adapters_support::{LEASE, Receiver, Settled, Step, claim, enqueue, row, settle};
+use adapters_support::{
+    LEASE, Receiver, Settled, Step, UrlSecrets, captured_logs, claim, enqueue,
+    exhaust_with_a_worker, row, settle, wait_until,
+};
 use outbox_runtime::delivery::FailureKind;
 use outbox_runtime::publish::http::{HttpConfig, HttpPublisher};
 use outbox_runtime::testing::TestDatabase;
@@ -219,28 +222,22 @@ async fn a_worker_sends_batches_through_the_batch_publisher() {
         .start()
         .await
         .unwrap();
-    let started = std::time::Instant::now();
-    while receiver.total_effects().await < EVENTS as i64 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "receiver applied {} of {EVENTS}",
-            receiver.total_effects().await
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let mut delivered = 0;
-    while delivered < EVENTS {
-        delivered = 0;
+    wait_until(
+        "the receiver applied every event",
+        Duration::from_secs(60),
+        || async { receiver.total_effects().await == EVENTS as i64 },
+    )
+    .await;
+    wait_until("every row delivered", Duration::from_secs(60), || async {
+        let mut delivered = 0;
         for id in &ids {
             if row(db.pool(), *id).await.status == "delivered" {
                 delivered += 1;
             }
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "{delivered} rows delivered"
-        );
-    }
+        delivered == EVENTS
+    })
+    .await;
     worker.shutdown().await;
 
     let requests = receiver.seen();
@@ -255,4 +252,50 @@ async fn a_worker_sends_batches_through_the_batch_publisher() {
     for id in &ids {
         assert_eq!(receiver.effects(*id).await, 1, "event {id} applied once");
     }
+}
+
+/// In batch mode too: a whole-request error page and an item's `error` that repeat the URL and
+/// its secrets (raw and percent-encoded) leave none in `last_error`, the `Debug` output or the
+/// logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_answers_repeating_the_url_leak_no_credentials() {
+    let logs = captured_logs();
+    let db = TestDatabase::new().await;
+    let secrets = UrlSecrets::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let url = secrets.url("http", &addr.to_string(), "/batch");
+    let marker = format!("page-{}", uuid::Uuid::new_v4().simple());
+    let body = secrets.body(&url, &marker);
+    let _receiver =
+        Receiver::start_on(addr.port(), db.pool(), vec![Step::respond(307, &body)]).await;
+    let sink = batch_publisher(&url, 10);
+    secrets.assert_absent(&format!("{sink:?}"), "Debug of the publisher");
+
+    // The whole request answered with a redirect page.
+    let (paged, _) = enqueue(db.pool(), "ok", 1).await;
+    let reasons = exhaust_with_a_worker(db.pool(), sink.clone(), &[paged]).await;
+    // One item's error repeating the page.
+    let (echoed, _) = enqueue(db.pool(), &format!("echo:{body}"), 1).await;
+    let reasons2 = exhaust_with_a_worker(db.pool(), sink, &[echoed]).await;
+
+    assert!(
+        reasons[0].starts_with("HTTP 307 Temporary Redirect"),
+        "{}",
+        reasons[0]
+    );
+    assert!(
+        reasons2[0].starts_with("HTTP 422 Unprocessable Entity"),
+        "{}",
+        reasons2[0]
+    );
+    for reason in reasons.iter().chain(&reasons2) {
+        secrets.assert_absent(reason, "last_error");
+        assert!(
+            reason.contains(&marker) && reason.contains("[redacted]"),
+            "{reason}"
+        );
+    }
+    secrets.assert_absent(&logs.text(), "the log");
 }

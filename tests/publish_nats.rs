@@ -8,7 +8,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use adapters_support::{
-    LEASE, OrderShipped, Settled, TRACEPARENT, attempt, claim, enqueue, nats, row, settle,
+    LEASE, OrderShipped, Settled, TRACEPARENT, UrlSecrets, attempt, captured_logs, claim,
+    closed_port, enqueue, exhaust_with_a_worker, nats, row, settle,
 };
 use async_nats::jetstream;
 use outbox_runtime::publish::Envelope;
@@ -282,4 +283,50 @@ async fn a_missing_acknowledgement_is_a_retry_within_the_ack_timeout() {
             duplicates: 0
         }
     );
+}
+
+/// A server URL with a user, a password and a query: none of them appears in the error of a
+/// failed connection, in the publisher's `Debug`, in a failure reason or in the logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_in_the_server_url_leak_nowhere() {
+    let logs = captured_logs();
+    let secrets = UrlSecrets::new();
+    let config = || NatsConfig {
+        subject_prefix: format!("t{}", uuid::Uuid::new_v4().simple()),
+        ack_timeout: Duration::from_secs(2),
+    };
+
+    let refused = secrets.url("nats", &format!("127.0.0.1:{}", closed_port()), "");
+    let err = NatsPublisher::connect(&refused, config())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cannot connect to NATS at nats://127.0.0.1:"),
+        "{err}"
+    );
+    secrets.assert_absent(&err, "the connection error");
+
+    // The test server has no authorization configured, so it ignores the credentials.
+    let server = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
+    let host_port = server.rsplit(['/', '@']).next().unwrap().to_owned();
+    let publisher = NatsPublisher::connect(&secrets.url("nats", &host_port, ""), config())
+        .await
+        .unwrap();
+    publisher.check_lease(LEASE).unwrap();
+    let shown = format!("{publisher:?}");
+    secrets.assert_absent(&shown, "Debug of the publisher");
+    assert!(shown.contains(&format!("nats://{host_port}")), "{shown}");
+
+    // No stream captures the subject: the failure reason is recorded.
+    let db = TestDatabase::new().await;
+    let (event_id, _) = enqueue(db.pool(), "nostream", 1).await;
+    let reasons = exhaust_with_a_worker(db.pool(), publisher, &[event_id]).await;
+    assert!(
+        reasons[0].contains("no JetStream stream captures subject"),
+        "{}",
+        reasons[0]
+    );
+    secrets.assert_absent(&reasons[0], "last_error");
+    secrets.assert_absent(&logs.text(), "the log");
 }

@@ -17,6 +17,9 @@ use app::{NatsChoice, NatsReport, Options};
 use outbox_runtime::testing::TestDatabase;
 use sqlx::PgPool;
 
+/// A run that has not finished by then is stuck: the test fails instead of hanging.
+const RUN_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// What the database says after a run: every order confirmed once (version 2), one shipment
 /// per order, one inbox row per event, every outbox row delivered, and the event payloads
 /// matching their orders.
@@ -75,7 +78,10 @@ async fn with_postgres_only_the_http_receiver_applies_every_order_once_despite_l
         keep_stream: false,
     };
 
-    let report = app::run(db.pool(), &options).await.unwrap();
+    let report = tokio::time::timeout(RUN_LIMIT, app::run(db.pool(), &options))
+        .await
+        .expect("the order service run finished within its limit")
+        .unwrap();
 
     assert!(report.ok(), "{report}");
     assert_eq!(
@@ -121,7 +127,10 @@ async fn with_nats_both_receivers_take_part_and_both_drop_the_redeliveries() {
         keep_stream: false,
     };
 
-    let report = match app::run(db.pool(), &options).await {
+    let run = tokio::time::timeout(RUN_LIMIT, app::run(db.pool(), &options))
+        .await
+        .expect("the order service run finished within its limit");
+    let report = match run {
         Ok(report) => report,
         Err(e) => panic!("{e} (these tests need NATS: start it with `nats-server -js`)"),
     };

@@ -232,8 +232,8 @@ pub struct Seen {
 ///
 /// - `POST /events`: one envelope; follows the script (see [`Step`]).
 /// - `POST /batch`: an array; a scripted [`Step::Respond`] answers the whole request, otherwise per item, by the payload's `note`: `"reject"` -> 422 with an
-///   error, `"busy"` -> 503 with `retry_after: 5`, `"omit"` -> no result, otherwise applied
-///   (200, or 409 for a known key).
+///   error, `"busy"` -> 503 with `retry_after: 5`, `"omit"` -> no result, `"echo:<text>"` ->
+///   422 with `<text>` as the error, otherwise applied (200, or 409 for a known key).
 pub struct Receiver {
     pub addr: SocketAddr,
     state: Arc<ReceiverState>,
@@ -469,6 +469,13 @@ async fn on_batch(
                 error: Some("busy".into()),
             },
             "omit" => continue,
+            // A receiver whose item error repeats whatever the event carried after `echo:`.
+            note if note.starts_with("echo:") => BatchItemResult {
+                id: env.id,
+                status: 422,
+                retry_after: None,
+                error: Some(note["echo:".len()..].to_owned()),
+            },
             _ => {
                 let status = applied_status(apply_detached(&state.pool, env).await);
                 BatchItemResult {
@@ -489,6 +496,188 @@ async fn on_batch(
         answered: 200,
     });
     axum::Json(BatchResponse { results }).into_response()
+}
+
+/// Run a real worker over `sink` until every one of `ids` is exhausted (each enqueued with one
+/// attempt), and return their `last_error`s.
+pub async fn exhaust_with_a_worker(pool: &PgPool, sink: impl Sink, ids: &[Uuid]) -> Vec<String> {
+    let worker = outbox_runtime::worker::Worker::builder(pool.clone(), sink)
+        .lease(LEASE)
+        .poll_interval(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    wait_until(
+        "every event exhausted by the worker",
+        Duration::from_secs(30),
+        || async {
+            let mut all = true;
+            for id in ids {
+                all &= row(pool, *id).await.status == "exhausted";
+            }
+            all
+        },
+    )
+    .await;
+    worker.shutdown().await;
+    let mut reasons = Vec::new();
+    for id in ids {
+        reasons.push(row(pool, *id).await.last_error.unwrap_or_default());
+    }
+    reasons
+}
+
+// --- Waiting and logs ----------------------------------------------------------------------
+
+/// Wait until `check` holds, polling every 20 ms; panic saying `what` did not happen when it
+/// still does not hold after `within` (a regression fails with a message, never hangs).
+pub async fn wait_until<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let polling = async {
+        while !check().await {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    if tokio::time::timeout(within, polling).await.is_err() {
+        panic!("{what}: not seen within {within:?}");
+    }
+}
+
+/// Everything every thread of this test binary logged, as the `fmt` subscriber writes it: every
+/// crate at DEBUG and up, this project at TRACE too. (async-nats's TRACE protocol dump shows
+/// the CONNECT frame with the user name, password masked: a wire trace, beyond this project.)
+/// Installed once per process as the global subscriber, so it also sees the worker's and the
+/// receiver's tasks; tests look for values of their own.
+pub fn captured_logs() -> &'static CapturedLogs {
+    static LOGS: std::sync::OnceLock<CapturedLogs> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = CapturedLogs(Arc::new(Mutex::new(Vec::new())));
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "debug,outbox_runtime=trace",
+            ))
+            .with_ansi(false)
+            .with_writer(logs.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("no other global subscriber in the publisher tests");
+        logs
+    })
+}
+
+/// A buffer the log subscriber writes into; see [`captured_logs`].
+#[derive(Clone)]
+pub struct CapturedLogs(Arc<Mutex<Vec<u8>>>);
+
+impl CapturedLogs {
+    /// The log text so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for CapturedLogs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLogs {
+    type Writer = CapturedLogs;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+/// Secrets a receiver URL carries, random per test, with characters that URLs percent-encode
+/// (so the raw and the encoded spelling differ).
+pub struct UrlSecrets {
+    pub user: String,
+    pub password: String,
+    pub token: String,
+}
+
+impl UrlSecrets {
+    pub fn new() -> UrlSecrets {
+        let unique = Uuid::new_v4().simple().to_string();
+        UrlSecrets {
+            user: format!("svc{}", &unique[..10]),
+            password: format!("pw:{}/x y@z", &unique[10..20]),
+            token: format!("T0k/{}+=&", &unique[20..30]),
+        }
+    }
+
+    /// `scheme://user:password@host_port/path?token=...`, each secret percent-encoded.
+    pub fn url(&self, scheme: &str, host_port: &str, path: &str) -> String {
+        format!(
+            "{scheme}://{}:{}@{host_port}{path}?token={}",
+            self.user,
+            encode(&self.password),
+            encode(&self.token)
+        )
+    }
+
+    /// What a hostile receiver answers: the URL, and each secret raw and percent-encoded in
+    /// upper- and lowercase hex, around a marker that is no secret (to find the body in logs).
+    pub fn body(&self, url: &str, marker: &str) -> String {
+        let mut body = format!("<html>{marker}: moved to <a href=\"{url}\">{url}</a>");
+        for s in self.all() {
+            body.push_str(&format!(" [{s}] [{}] [{}]", encode(s), encode_lower(s)));
+        }
+        body.push_str("</html>");
+        body
+    }
+
+    fn all(&self) -> [&String; 3] {
+        [&self.user, &self.password, &self.token]
+    }
+
+    /// Panic when `text` holds any secret, raw or percent-encoded.
+    pub fn assert_absent(&self, text: &str, context: &str) {
+        for s in self.all() {
+            for spelling in [s.clone(), encode(s), encode_lower(s)] {
+                assert!(
+                    !text.contains(&spelling),
+                    "{context} holds the secret {spelling:?}: {text}"
+                );
+            }
+        }
+    }
+}
+
+/// Every byte other than letters and digits as `%XX` (uppercase hex).
+pub fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// [`encode`] with lowercase hex digits.
+pub fn encode_lower(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02x}")
+            }
+        })
+        .collect()
 }
 
 /// A loopback port nothing listens on (bound, then released).

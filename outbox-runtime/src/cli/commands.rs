@@ -255,6 +255,11 @@ async fn status(
         .into_iter()
         .map(str::to_owned)
         .collect();
+    // A bad name is the caller's mistake whether or not the database is reachable: say so
+    // before connecting.
+    for table in &tables {
+        crate::store::validate_table_name(table)?;
+    }
     let pool = connect(url).await?;
     let mut reports = Vec::new();
     for table in &tables {

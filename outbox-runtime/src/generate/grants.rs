@@ -53,12 +53,34 @@ pub fn inbox_grants_sql(consumers: &[&str]) -> Result<String> {
     Ok(sql)
 }
 
-/// Role names follow the table name rule: spliced into SQL, so only plain identifiers.
+/// Names PostgreSQL reads as something other than a role where a role is expected (`GRANT ...
+/// TO public` grants to every role; `current_user`, `current_role` and `session_user` name
+/// whoever runs the statement; `none` is reserved for `SET ROLE NONE`), and `user`, a reserved
+/// word that cannot stand for a role unquoted.
+const SPECIAL_ROLE_NAMES: [&str; 6] = [
+    "public",
+    "current_user",
+    "current_role",
+    "session_user",
+    "none",
+    "user",
+];
+
+/// Role names follow the table name rule: spliced into SQL, so only plain identifiers; and
+/// never one of [`SPECIAL_ROLE_NAMES`] nor a `pg_` name (PostgreSQL reserves those for its
+/// predefined roles, such as `pg_write_all_data`).
 fn validate_role_name(role: &str) -> Result<()> {
+    if SPECIAL_ROLE_NAMES.contains(&role) || role.starts_with("pg_") {
+        return Err(Error::Config(format!(
+            "`{role}` is not a role of its own: PostgreSQL reads `public`, `current_user`, `current_role`, `session_user`, \
+             `none` and `user` specially (`public` means every role) and reserves `pg_` names for its predefined roles; \
+             create a dedicated role (`CREATE ROLE shop_app LOGIN PASSWORD ...`) and name it here"
+        )));
+    }
     crate::store::validate_table_name(role).map_err(|_| {
         Error::Config(format!(
             "`{role}` is not a usable role name here: use 1 to 63 lowercase ASCII letters, digits and underscores, \
-             starting with a letter or underscore"
+             starting with a letter or underscore, that is not an SQL reserved word"
         ))
     })
 }
@@ -72,6 +94,14 @@ mod tests {
         assert!(grants_sql(&["outbox"], "app; DROP TABLE outbox", "w").is_err());
         assert!(grants_sql(&["Outbox"], "e", "w").is_err());
         assert!(grants_sql(&["outbox"], "same", "same").is_err());
+        for special in SPECIAL_ROLE_NAMES.iter().chain(&["pg_write_all_data"]) {
+            let err = grants_sql(&["outbox"], special, "w")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("is not a role of its own"), "{special}: {err}");
+            assert!(grants_sql(&["outbox"], "e", special).is_err(), "{special}");
+            assert!(inbox_grants_sql(&[special]).is_err(), "{special}");
+        }
         let sql = grants_sql(&["outbox", "order_outbox"], "enq", "wrk").unwrap();
         assert!(sql.contains("ON order_outbox TO enq;"));
         assert!(sql.contains("GRANT SELECT ON outbox_contracts TO wrk;"));

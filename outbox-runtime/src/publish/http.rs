@@ -39,6 +39,16 @@
 //! optional, `error` becomes the reason). Only the items with a delivered status count as
 //! delivered: an item missing from the results, or a `2xx` body that is not such a document,
 //! is retried. A non-2xx answer to the whole request applies to every item.
+//!
+//! # Credentials in the URL
+//!
+//! The URL's userinfo (user and password) and query values never appear in a failure reason,
+//! a log line or this publisher's `Debug` output: reasons name the URL as
+//! `scheme://host:port/path`, and every text the publisher does not write itself (a receiver's
+//! body, an item's `error`, the HTTP client's error messages) goes through a
+//! [`Redactor`](super::redact::Redactor) that replaces those values, raw, percent-decoded or
+//! percent-encoded, with `[redacted]` before the text is cut to
+//! [`HttpConfig::max_reason_bytes`]. A receiver's body is logged at DEBUG only.
 
 use std::time::Duration;
 
@@ -49,7 +59,8 @@ use reqwest::header::{CONTENT_TYPE, DATE, HeaderMap, HeaderName, HeaderValue, RE
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::{Envelope, IDEMPOTENCY_KEY, bounded_text, metadata_headers, unless_lease_lost};
+use super::redact::{self, Redactor};
+use super::{Envelope, IDEMPOTENCY_KEY, metadata_headers, unless_lease_lost};
 use crate::delivery::{Delivery, HandlerError};
 use crate::error::{Error, Result};
 use crate::sink::Sink;
@@ -90,13 +101,26 @@ impl Default for HttpConfig {
 }
 
 /// `POST`s claimed events to one URL; see the [module docs](self).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpPublisher {
     client: reqwest::Client,
     url: reqwest::Url,
     /// The URL without credentials or query, safe to put in a stored failure reason.
     shown_url: String,
+    /// Removes the URL's credentials and query values from text the receiver or the client
+    /// wrote.
+    redactor: Redactor,
     config: HttpConfig,
+}
+
+impl std::fmt::Debug for HttpPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the URL itself: it may carry a password or a token.
+        f.debug_struct("HttpPublisher")
+            .field("url", &self.shown_url)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One item of a batch receiver's answer (see the [module docs](self)).
@@ -138,11 +162,16 @@ impl HttpPublisher {
         url: &str,
         config: HttpConfig,
     ) -> Result<HttpPublisher> {
-        let parsed = reqwest::Url::parse(url)
-            .map_err(|e| Error::Config(format!("`{url}` is not a valid receiver URL: {e}")))?;
+        let parsed = reqwest::Url::parse(url).map_err(|e| {
+            Error::Config(format!(
+                "`{}` is not a valid receiver URL: {e}",
+                redact::shown_url(url)
+            ))
+        })?;
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
             return Err(Error::Config(format!(
-                "`{url}` is not an http:// or https:// URL with a host"
+                "`{}` is not an http:// or https:// URL with a host",
+                redact::shown_url(url)
             )));
         }
         if config.timeout.is_zero() {
@@ -161,15 +190,19 @@ impl HttpPublisher {
             parsed.host_str().unwrap_or_default(),
             parsed.port().map(|p| format!(":{p}")).unwrap_or_default()
         ) + parsed.path();
+        // The parsed URL's own spellings too: it percent-encodes what the input wrote raw.
+        let redactor = Redactor::for_url(url).merge(&Redactor::for_url(parsed.as_str()));
         Ok(HttpPublisher {
             client,
             url: parsed,
             shown_url,
+            redactor,
             config,
         })
     }
 
-    /// The receiver URL.
+    /// The receiver URL, credentials and query included: never log it (the
+    /// [`Debug`](std::fmt::Debug) output and failure reasons show it without them).
     pub fn url(&self) -> &reqwest::Url {
         &self.url
     }
@@ -207,8 +240,11 @@ impl HttpPublisher {
         if self.is_delivered(status.as_u16()) {
             return Ok(());
         }
-        let (body, truncated) = read_bounded(&mut response, self.config.max_reason_bytes).await;
-        let body = bounded_text(&body, self.config.max_reason_bytes, truncated);
+        let limit = self.config.max_reason_bytes;
+        let (body, truncated) = read_bounded(&mut response, self.read_limit(limit)).await;
+        let body = self.redactor.bounded(&body, limit, truncated);
+        tracing::debug!(event_id = %event.event_id, status = status.as_u16(), url = %self.shown_url, %body,
+            "the receiver did not accept the event");
         Err(self.failure(status.as_u16(), retry_after, &body))
     }
 
@@ -230,12 +266,18 @@ impl HttpPublisher {
         } else {
             self.config.max_reason_bytes
         };
-        let (body, truncated) = read_bounded(&mut response, limit).await;
+        let (body, truncated) = if success {
+            read_bounded(&mut response, limit).await
+        } else {
+            read_bounded(&mut response, self.read_limit(limit)).await
+        };
         if !success {
             if self.is_delivered(status) {
                 return every(Ok(()));
             }
-            let body = bounded_text(&body, limit, truncated);
+            let body = self.redactor.bounded(&body, limit, truncated);
+            tracing::debug!(events = items.len(), status, url = %self.shown_url, %body,
+                "the batch receiver did not accept the request");
             return every(Err(self.failure(status, retry_after, &body)));
         }
         if truncated {
@@ -247,8 +289,10 @@ impl HttpPublisher {
         let parsed: BatchResponse = match serde_json::from_slice(&body) {
             Ok(parsed) => parsed,
             Err(e) => {
+                // serde_json quotes pieces of the document it could not read.
+                let detail = self.redactor.redact(&e.to_string());
                 return every(Err(HandlerError::retry(format!(
-                    "batch response from {} (HTTP {status}) is not a {{\"results\": [...]}} document: {e}",
+                    "batch response from {} (HTTP {status}) is not a {{\"results\": [...]}} document: {detail}",
                     self.shown_url
                 ))));
             }
@@ -268,8 +312,13 @@ impl HttpPublisher {
                             .map(|s| Duration::from_secs(s).min(self.config.max_retry_after))
                             .or(retry_after);
                         let reason = item.error.as_deref().unwrap_or("");
-                        let reason =
-                            bounded_text(reason.as_bytes(), self.config.max_reason_bytes, false);
+                        let reason = self.redactor.bounded(
+                            reason.as_bytes(),
+                            self.config.max_reason_bytes,
+                            false,
+                        );
+                        tracing::debug!(event_id = %event.event_id, status = item.status, url = %self.shown_url,
+                            error = %reason, "the batch receiver did not accept the item");
                         Err(self.failure(item.status, after, &reason))
                     }
                 },
@@ -294,6 +343,12 @@ impl HttpPublisher {
             .send()
             .await
             .map_err(|e| self.transport_failure(&e))
+    }
+
+    /// How much of an error body to read to keep `limit` bytes of it: a secret that crosses
+    /// the limit is read whole, so it is redacted whole.
+    fn read_limit(&self, limit: usize) -> usize {
+        limit.saturating_add(self.redactor.longest())
     }
 
     fn is_delivered(&self, status: u16) -> bool {
@@ -323,7 +378,7 @@ impl HttpPublisher {
     }
 
     fn transport_failure(&self, e: &reqwest::Error) -> HandlerError {
-        let detail = error_causes(e);
+        let detail = self.redactor.redact(&error_causes(e));
         if e.is_timeout() {
             HandlerError::retry(format!(
                 "no response from {} within {:?}; the receiver may have applied the event, \

@@ -40,6 +40,8 @@ pub mod fanout;
 pub mod http;
 #[cfg(feature = "nats")]
 pub mod nats;
+#[cfg(any(feature = "nats", feature = "http"))]
+pub mod redact;
 
 pub use fanout::FanOut;
 
@@ -231,21 +233,6 @@ pub(crate) async fn unless_lease_lost(
     }
 }
 
-/// Cut `bytes` to at most `limit` bytes of (lossy) UTF-8, saying so when something was cut.
-/// Used to keep a receiver's error body as a failure reason without storing megabytes.
-#[cfg(any(feature = "nats", feature = "http"))]
-pub(crate) fn bounded_text(bytes: &[u8], limit: usize, truncated: bool) -> String {
-    let mut text = String::from_utf8_lossy(&bytes[..bytes.len().min(limit)]).into_owned();
-    // A cut in the middle of a multi-byte character shows up as U+FFFD at the end; drop it.
-    if bytes.len() > limit || truncated {
-        while text.ends_with('\u{FFFD}') {
-            text.pop();
-        }
-        text.push_str(" [truncated]");
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,13 +262,5 @@ mod tests {
                 ),
             ]
         );
-    }
-
-    #[test]
-    #[cfg(any(feature = "nats", feature = "http"))]
-    fn bounded_text_cuts_on_a_character_boundary() {
-        let body = "é".repeat(10); // 20 bytes
-        assert_eq!(bounded_text(body.as_bytes(), 5, false), "éé [truncated]");
-        assert_eq!(bounded_text(b"short", 10, false), "short");
     }
 }

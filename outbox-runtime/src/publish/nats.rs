@@ -10,6 +10,10 @@
 //! An event counts as delivered only once the stream acknowledged it. A missing acknowledgement
 //! (timeout, broken connection, no stream for the subject) is a retry; a message larger than the
 //! server accepts is permanent.
+//!
+//! A server URL can carry credentials (`nats://user:password@host`, `nats://token@host`): they
+//! never appear in an error, a failure reason or this publisher's `Debug` output (see
+//! [`Redactor`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +23,7 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::{self, context::PublishErrorKind};
 use futures::future::BoxFuture;
 
+use super::redact::{self, Redactor};
 use super::{Envelope, metadata_headers, unless_lease_lost};
 use crate::delivery::{Delivery, HandlerError};
 use crate::error::{Error, Result};
@@ -55,11 +60,26 @@ pub struct NatsStats {
 }
 
 /// Publishes claimed events to JetStream; see the [module docs](self).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct NatsPublisher {
     jetstream: jetstream::Context,
     config: NatsConfig,
     counts: Arc<Counts>,
+    /// The server URL without credentials, when this publisher connected itself.
+    shown_server: Option<String>,
+    /// Removes the server URL's credentials from error texts of the client.
+    redactor: Redactor,
+}
+
+impl std::fmt::Debug for NatsPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the client: only what is safe to log.
+        f.debug_struct("NatsPublisher")
+            .field("server", &self.shown_server)
+            .field("config", &self.config)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -83,23 +103,37 @@ impl NatsPublisher {
             jetstream,
             config,
             counts: Arc::default(),
+            shown_server: None,
+            redactor: Redactor::default(),
         })
     }
 
-    /// Connect to `url` (for example `nats://127.0.0.1:4222`) and build a publisher. Fails when
-    /// no server answers within the ack timeout.
+    /// Connect to `url` (for example `nats://127.0.0.1:4222`, or `nats://user:password@host`)
+    /// and build a publisher. Fails when no server answers within the ack timeout.
     pub async fn connect(url: &str, config: NatsConfig) -> Result<NatsPublisher> {
-        let client = async_nats::ConnectOptions::new()
-            .connection_timeout(config.ack_timeout)
-            .connect(url)
+        let redactor = Redactor::for_url(url);
+        let shown = redact::shown_url(url);
+        // The client logs the server address it connects to (at DEBUG): give it the address
+        // without credentials, and the credentials as options.
+        let mut options = async_nats::ConnectOptions::new().connection_timeout(config.ack_timeout);
+        match redact::userinfo(url) {
+            Some((user, Some(password))) => options = options.user_and_password(user, password),
+            Some((token, None)) => options = options.token(token),
+            None => {}
+        }
+        let client = options
+            .connect(shown.as_str())
             .await
             .map_err(|e| {
                 Error::Config(format!(
-                    "cannot connect to NATS at {}: {e}; start a JetStream-enabled server (`nats-server -js`) or fix the URL",
-                    without_credentials(url)
+                    "cannot connect to NATS at {shown}: {}; start a JetStream-enabled server (`nats-server -js`) or fix the URL",
+                    redactor.redact(&e.to_string())
                 ))
             })?;
-        NatsPublisher::new(client, config)
+        let mut publisher = NatsPublisher::new(client, config)?;
+        publisher.shown_server = Some(shown);
+        publisher.redactor = redactor;
+        Ok(publisher)
     }
 
     /// The JetStream context, for managing streams.
@@ -143,7 +177,8 @@ impl NatsPublisher {
             .await
             .map_err(|e| {
                 Error::Config(format!(
-                    "cannot create or find JetStream stream `{name}`: {e}"
+                    "cannot create or find JetStream stream `{name}`: {}",
+                    self.redactor.redact(&e.to_string())
                 ))
             })?;
         Ok(())
@@ -186,7 +221,7 @@ impl NatsPublisher {
         };
         let ack = match tokio::time::timeout(timeout, publish_and_ack).await {
             Err(_elapsed) => return Err(no_ack(&subject, timeout)),
-            Ok(Err(e)) => return Err(publish_error(&subject, timeout, &e)),
+            Ok(Err(e)) => return Err(publish_error(&subject, timeout, &e, &self.redactor)),
             Ok(Ok(ack)) => ack,
         };
         if ack.duplicate {
@@ -227,7 +262,9 @@ fn publish_error(
     subject: &str,
     timeout: Duration,
     e: &jetstream::context::PublishError,
+    redactor: &Redactor,
 ) -> HandlerError {
+    let text = redactor.redact(&e.to_string());
     match e.kind() {
         PublishErrorKind::TimedOut => no_ack(subject, timeout),
         PublishErrorKind::StreamNotFound => HandlerError::retry(format!(
@@ -237,9 +274,9 @@ fn publish_error(
         )),
         // No retry makes the message smaller.
         PublishErrorKind::MaxPayloadExceeded => {
-            HandlerError::permanent(format!("NATS refused the message for `{subject}`: {e}"))
+            HandlerError::permanent(format!("NATS refused the message for `{subject}`: {text}"))
         }
-        _ => HandlerError::retry(format!("publishing to `{subject}` failed: {e}")),
+        _ => HandlerError::retry(format!("publishing to `{subject}` failed: {text}")),
     }
 }
 
@@ -263,15 +300,9 @@ pub fn subject_for(prefix: &str, event_type: &str) -> String {
     subject
 }
 
-/// `url` without a `user:password@` or `token@` part, for messages.
+/// `url` without a `user:password@` or `token@` part, nor a query, for messages.
 pub fn without_credentials(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            format!("{}{}", &url[..scheme_end + 3], &url[at + 1..])
-        }
-        (None, Some(at)) => url[at + 1..].to_owned(),
-        _ => url.to_owned(),
-    }
+    redact::shown_url(url)
 }
 
 fn is_token_char(c: char) -> bool {
