@@ -520,3 +520,22 @@ async fn a_workers_maintenance_applies_its_retry_policy_to_expired_leases() {
         row.available_in_secs
     );
 }
+
+#[tokio::test]
+async fn an_undecodable_row_whose_lease_already_ended_is_left_to_recovery() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    let store = Store::new(pool.clone());
+    let (id, _) = insert_raw_job(&pool, "deep", &arrays(200), "{}").await;
+    // A zero lease ends with the claim statement, before the row could be exhausted: the
+    // fenced statement must not touch a row its claim no longer owns.
+    let batch = store
+        .claim_batch_outcome("w", 10, Duration::ZERO, false)
+        .await
+        .unwrap();
+    assert!(batch.events.is_empty());
+    assert_eq!(batch.undecodable.len(), 1);
+    assert_eq!(batch.undecodable[0].outcome, UndecodableOutcome::Lost);
+    let row = rows(&pool).await.into_iter().find(|r| r.id == id).unwrap();
+    assert_eq!((row.status.as_str(), row.last_error), ("processing", None));
+}

@@ -13,6 +13,10 @@ use crate::error::{Error, Result};
 /// `min(base * 2^(n-1), max)`, of which the upper half is randomised ("equal jitter"), so many
 /// events that failed together do not all come back at the same instant. A handler that asks for
 /// a specific delay ([`crate::HandlerError::retry_after`]) gets exactly that delay instead.
+///
+/// The same backoff applies when a lease expires (a worker crashed or stalled on the event): the
+/// maintenance leader passes this policy to `Store::recover_expired`, which computes the delay
+/// for the expired attempt in the database ([`crate::store::RecoveryBackoff`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Delay after the first failed attempt (default 1 s).
@@ -86,7 +90,7 @@ pub struct WorkerConfig {
     /// How often running deliveries' leases are renewed (default a third of the lease; must be
     /// shorter than nine tenths of the lease, when the worker gives up a lease not renewed).
     pub renew_interval: Option<Duration>,
-    /// Backoff between attempts.
+    /// Backoff between attempts, after a failed delivery or an expired lease.
     pub retry: RetryPolicy,
     /// Fallback poll interval when no notification arrives (default 2 s; jittered by ±10%).
     pub poll_interval: Duration,
