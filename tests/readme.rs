@@ -66,3 +66,46 @@ fn quickstart_example_runs() {
         "the event was not delivered:\n{stdout}"
     );
 }
+
+/// Every metric the worker emits is named in the README's metric list, and every counter is in
+/// `COUNTERS` (the list registered at zero when a worker starts): a new counter that skips
+/// either fails here rather than surprising an operator whose alert has no series.
+#[test]
+fn readme_lists_every_metric_and_every_counter_is_registered_at_zero() {
+    use outbox_runtime::worker::metrics;
+    let readme = include_str!("../README.md");
+    let source = include_str!("../outbox-runtime/src/worker/metrics.rs");
+    let declared: Vec<&str> = source
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.starts_with("outbox_") && !s.contains(' '))
+        .collect();
+    assert!(
+        declared.len() >= 10,
+        "expected the metric names of worker/metrics.rs, found {declared:?}"
+    );
+    for name in declared {
+        assert!(
+            readme.contains(&format!("`{name}`")),
+            "the metric `{name}` (worker/metrics.rs) is missing from the README's metric list"
+        );
+        if name.ends_with("_total") {
+            assert!(
+                metrics::COUNTERS.contains(&name),
+                "the counter `{name}` is not in worker::metrics::COUNTERS, so it is not registered at zero"
+            );
+        }
+    }
+    for gauge in [
+        metrics::PENDING,
+        metrics::PROCESSING,
+        metrics::EXHAUSTED,
+        metrics::OLDEST_PENDING_AGE_SECONDS,
+    ] {
+        assert!(
+            readme.contains(&format!("`{gauge}`")),
+            "gauge `{gauge}` missing from README"
+        );
+    }
+}

@@ -879,7 +879,14 @@ async fn a_batch_holding_a_stale_and_a_fresh_claim_of_one_row_answers_per_claim(
     for e in &v1 {
         wait_until_lease_ended(db.pool(), e.id).await;
     }
-    assert_eq!(store.recover_expired(100, RecoveryBackoff::NONE).await.unwrap().requeued, 2);
+    assert_eq!(
+        store
+            .recover_expired(100, RecoveryBackoff::NONE)
+            .await
+            .unwrap()
+            .requeued,
+        2
+    );
     let v2 = store
         .claim_batch("same-worker", 2, LONG_LEASE, false)
         .await
