@@ -135,7 +135,7 @@ pub async fn enqueue_event<E: Event>(
         .unwrap_or_else(|| serde_json::json!({}));
     // Before the INSERT draws the row's id: per aggregate, id order must be commit order.
     super::aggregate_lock::lock_aggregate_producers(
-        &mut **tx,
+        tx,
         E::TABLE,
         aggregate_type,
         aggregate_id.as_deref(),
