@@ -18,6 +18,10 @@ pub enum Workload {
     Latency,
     /// Sustained enqueue + delivery; dead tuples and table size sampled over time.
     Bloat,
+    /// Per-aggregate ordered delivery: a chain of `--ordered-chain` events of one aggregate, and
+    /// `--ordered-events` events over `--ordered-aggregates` aggregates, one worker with the
+    /// builder's defaults, ordered and (for the ratio) unordered.
+    Ordered,
 }
 
 /// Throughput, enqueue overhead and latency of the outbox against a raw-SQL ceiling measured
@@ -57,7 +61,7 @@ pub struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "ceiling,drain,enqueue,latency,bloat"
+        default_value = "ceiling,drain,enqueue,latency,bloat,ordered"
     )]
     pub workloads: Vec<Workload>,
     /// Repetitions of each drain and enqueue measurement; the table shows the median.
@@ -84,6 +88,15 @@ pub struct Args {
     /// Retention of delivered events during the sustained run, in seconds (purged after).
     #[arg(long, default_value_t = 30)]
     pub bloat_retention_secs: u64,
+    /// Events of the one aggregate of the ordered workload's chain.
+    #[arg(long, default_value_t = 1000)]
+    pub ordered_chain: i64,
+    /// Events of the ordered workload's many-aggregate drain.
+    #[arg(long, default_value_t = 10_000)]
+    pub ordered_events: i64,
+    /// Aggregates the many-aggregate drain spreads its events over.
+    #[arg(long, default_value_t = 100)]
+    pub ordered_aggregates: i64,
     /// Print the results as one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,

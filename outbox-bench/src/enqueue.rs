@@ -16,7 +16,7 @@ use sqlx::types::Json;
 use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::db::BenchDb;
-use crate::event::{OrderPaid, PayloadShape};
+use crate::event::{OrderPaid, OrderStep, PayloadShape};
 use crate::{BenchResult, ceiling};
 
 /// The business statement (the same text as in every peer of the harness).
@@ -38,6 +38,13 @@ pub enum Variant {
     /// `notify: false`, and a `Waker` woken after each commit (one coalesced NOTIFY at a time
     /// on a connection of its own).
     TypedWaker,
+    /// `OrderStep::enqueue_with`, `notify: false`: an event with an aggregate id, a different
+    /// aggregate in every transaction, so the per-aggregate producer lock is taken (one more
+    /// statement) but never waited for.
+    TypedAggregate,
+    /// Like `TypedAggregate`, but every transaction writes an event of the SAME aggregate: the
+    /// producers take turns (each holds the aggregate's lock from its enqueue to its commit).
+    TypedOneAggregate,
     /// A hand-written INSERT of the same outbox row.
     RawSameRow,
     /// The ceiling's minimal insert (payload only).
@@ -46,11 +53,13 @@ pub enum Variant {
 
 impl Variant {
     /// Every variant, in the order they run.
-    pub const ALL: [Variant; 6] = [
+    pub const ALL: [Variant; 8] = [
         Variant::Baseline,
         Variant::TypedNotify,
         Variant::TypedQuiet,
         Variant::TypedWaker,
+        Variant::TypedAggregate,
+        Variant::TypedOneAggregate,
         Variant::RawSameRow,
         Variant::CeilingInsert,
     ];
@@ -62,6 +71,8 @@ impl Variant {
             Variant::TypedNotify => "typed enqueue, notify",
             Variant::TypedQuiet => "typed enqueue, no notify",
             Variant::TypedWaker => "typed enqueue, Waker after commit",
+            Variant::TypedAggregate => "typed enqueue, no notify, aggregate id (lock, no wait)",
+            Variant::TypedOneAggregate => "typed enqueue, no notify, one aggregate for all",
             Variant::RawSameRow => "raw INSERT of the same row",
             Variant::CeilingInsert => "ceiling INSERT (payload only)",
         }
@@ -85,6 +96,21 @@ impl Variant {
             Variant::TypedQuiet | Variant::TypedWaker => {
                 let quiet = EnqueueOptions::without_notify();
                 shape.event(id).enqueue_with(tx, &key, &quiet).await?;
+            }
+            Variant::TypedAggregate | Variant::TypedOneAggregate => {
+                let quiet = EnqueueOptions::without_notify();
+                let event = if self == Variant::TypedAggregate {
+                    OrderStep {
+                        order_id: id,
+                        step: 1,
+                    }
+                } else {
+                    OrderStep {
+                        order_id: 0,
+                        step: id,
+                    }
+                };
+                event.enqueue_with(tx, &key, &quiet).await?;
             }
             Variant::RawSameRow => {
                 let event = shape.event(id);

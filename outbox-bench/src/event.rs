@@ -52,3 +52,17 @@ impl PayloadShape {
 pub fn order_id_of(payload: &serde_json::Value) -> Option<i64> {
     payload.get("order_id").and_then(serde_json::Value::as_i64)
 }
+
+/// A step of an order: the ordered workload's event (and the enqueue variants that take the
+/// per-aggregate producer lock). Its aggregate is the order, so an ordered worker delivers one
+/// order's steps one at a time, in commit order.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, Event)]
+#[outbox(name = "bench.order_step", version = 1, aggregate = "order")]
+pub struct OrderStep {
+    /// The order (the aggregate).
+    #[outbox(aggregate_id)]
+    pub order_id: i64,
+    /// The step's place in its order (the aggregate version).
+    #[outbox(aggregate_version)]
+    pub step: i64,
+}

@@ -16,7 +16,9 @@
 //! - `enqueue`: business transactions with and without the typed enqueue (with and without its
 //!   NOTIFY), a hand-written INSERT of the same row, and the ceiling's minimal insert;
 //! - `latency`: commit-to-handler-start of an idle worker;
-//! - `bloat`: a sustained run sampling dead tuples and table size.
+//! - `bloat`: a sustained run sampling dead tuples and table size;
+//! - `ordered`: per-aggregate ordered delivery, a chain of one aggregate and many aggregates,
+//!   next to the unordered drain of the same events.
 //!
 //! Progress goes to stderr; the table (or with `--json` one JSON document) to stdout.
 
@@ -28,6 +30,7 @@ mod drain;
 mod enqueue;
 mod event;
 mod latency;
+mod ordered;
 mod report;
 mod sink;
 
@@ -107,6 +110,9 @@ async fn run(args: &Args) -> BenchResult<()> {
             ),
         });
         latency_stats = Some(stats);
+    }
+    if args.wants(Workload::Ordered) {
+        rows.extend(measure_ordered(args, &db, runs).await?);
     }
     let mut bloat_run = None;
     if args.wants(Workload::Bloat) {
@@ -304,4 +310,59 @@ async fn measure_enqueue(
             notes: runs_note(all),
         })
         .collect())
+}
+
+/// Ordered drains (a chain of one aggregate, then many aggregates), each next to the unordered
+/// drain of the same events, interleaved run by run.
+async fn measure_ordered(args: &Args, db: &BenchDb, runs: usize) -> BenchResult<Vec<Row>> {
+    let shapes = [
+        (args.ordered_chain, 1),
+        (args.ordered_events, args.ordered_aggregates.max(1)),
+    ];
+    let mut rows = Vec::new();
+    for (n, aggregates) in shapes {
+        let (mut ordered_rates, mut unordered_rates) = (Vec::new(), Vec::new());
+        for run in 1..=runs {
+            for ordered in [true, false] {
+                let d = ordered::run(db, n, aggregates, ordered).await?;
+                progress(
+                    "ordered",
+                    &format!(
+                        "run {run}: {n} events over {aggregates} aggregate(s), {}: {} events/s in {:.2} s",
+                        if ordered { "ordered" } else { "unordered" },
+                        thousands(d.rate),
+                        d.secs
+                    ),
+                );
+                if ordered {
+                    ordered_rates.push(d.rate);
+                } else {
+                    unordered_rates.push(d.rate);
+                }
+            }
+        }
+        let rate = median_spread(&ordered_rates).0;
+        let unordered = median_spread(&unordered_rates).0;
+        let what = if aggregates == 1 {
+            format!("chain: {n} events of 1 aggregate")
+        } else {
+            format!("{n} events over {aggregates} aggregates")
+        };
+        let sep = if runs > 1 { "; " } else { "" };
+        rows.push(Row {
+            workload: "ordered",
+            setting: format!("{what}, ordered worker, defaults"),
+            value: rate,
+            unit: "events/s",
+            vs_ceiling: None,
+            vs_baseline: Some(rate / unordered),
+            notes: format!(
+                "{}{sep}unordered drain of the same events: {} events/s; {:.2} ms per event of an aggregate",
+                runs_note(&ordered_rates),
+                thousands(unordered),
+                1e3 * aggregates as f64 / rate
+            ),
+        });
+    }
+    Ok(rows)
 }

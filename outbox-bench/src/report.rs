@@ -9,7 +9,7 @@ use crate::latency::LatencyStats;
 /// One line of the table.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
-    /// Workload name (`ceiling`, `drain`, `enqueue`, `latency`, `bloat`).
+    /// Workload name (`ceiling`, `drain`, `enqueue`, `latency`, `bloat`, `ordered`).
     pub workload: &'static str,
     /// What was measured: the variant and its settings.
     pub setting: String,
@@ -20,7 +20,8 @@ pub struct Row {
     /// The figure divided by the ceiling measured in this run (drain: the ceiling drain that
     /// deletes on completion; enqueue: the ceiling's minimal insert).
     pub vs_ceiling: Option<f64>,
-    /// Enqueue only: transactions/s divided by the baseline's (1 - overhead).
+    /// Enqueue: transactions/s divided by the baseline's (1 - overhead). Ordered: events/s
+    /// divided by the unordered drain's of the same events.
     pub vs_baseline: Option<f64>,
     /// Anything else worth knowing about the figure.
     pub notes: String,

@@ -1,5 +1,7 @@
 //! Writes successful deliveries back in batches: collects completed claims for a few
-//! milliseconds (or until the batch is full) and completes them with one fenced statement.
+//! milliseconds (or until the batch is full, or holds every claim the worker has) and completes
+//! them with one fenced statement. In ordered mode a written batch wakes the claimer: the
+//! completed events' successors are claimable now.
 //! Claims the database rejects were lost before the completion arrived: counted as stale.
 //! With a retention of zero the completion deletes the rows instead of marking them delivered.
 

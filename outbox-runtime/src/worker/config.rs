@@ -97,7 +97,8 @@ pub struct WorkerConfig {
     /// Wake up on LISTEN/NOTIFY (default true). Turn off behind poolers in transaction mode
     /// (PgBouncer), where LISTEN does not work; the worker then only polls.
     pub listen: bool,
-    /// Deliver the events of one aggregate one at a time, in aggregate order (default false).
+    /// Deliver the events of one aggregate one at a time, in the order their transactions
+    /// committed (default false; see `docs/ordering.md`).
     pub ordered: bool,
     /// Delete delivered events older than this (default 7 days); `None` keeps them.
     ///

@@ -35,9 +35,13 @@
 //!
 //! With [`WorkerBuilder::ordered`], an event is claimable only when no earlier event of its
 //! aggregate (same aggregate type and id, lower row id) is `pending` or `processing`, so one
-//! aggregate's events are delivered one at a time, in the order they were enqueued, across all
-//! workers and processes. Different aggregates proceed in parallel; events without an aggregate
-//! are not ordered.
+//! aggregate's events are delivered one at a time, in the order their transactions committed
+//! (within a transaction, the order they were enqueued), across all workers and processes. Row
+//! id order is commit order because the typed enqueue takes a per-aggregate transaction-scoped
+//! lock before the row's id is drawn (`store/sql/lock_aggregate.sql`; rows inserted by raw SQL
+//! without it are ordered by id only). A completion or exhaustion wakes the claimer, so the next
+//! event of the aggregate is claimed as soon as it commits. Different aggregates proceed in
+//! parallel; events without an aggregate are not ordered. See `docs/ordering.md`.
 //!
 //! **An exhausted event does not block its aggregate.** Once an event used up its attempts (or
 //! failed permanently), later events of the same aggregate are delivered. The alternative, a

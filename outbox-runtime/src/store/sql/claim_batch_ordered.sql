@@ -8,8 +8,20 @@
 -- repair a poison event before the rest of the aggregate can move (retrying it later delivers it
 -- out of order, which is the operator's call). Delivered events do not block either.
 -- The check reads this statement's snapshot, which can only be older than the truth, so it errs
--- towards blocking. Order is id order: ids are assigned at insert, so two transactions that write
--- events of one aggregate without serialising on a business row may commit out of id order.
+-- towards blocking.
+--
+-- Order is id order, and id order is commit order: ids are drawn at INSERT but become visible
+-- at COMMIT, so this check alone would let a later event of an aggregate be claimed while an
+-- earlier one is still uncommitted (and then deliver the earlier one after it, or while it is in
+-- flight). The typed enqueue prevents that by taking lock_aggregate.sql, a transaction-scoped
+-- advisory lock per aggregate, before the INSERT draws the id: per aggregate, a transaction can
+-- only draw an id once every earlier holder has committed or rolled back, so no earlier id of an
+-- aggregate becomes visible after a later one. Consequences: a transaction that enqueued an event
+-- of aggregate A makes other producers of A wait at their enqueue until it ends (delivery of
+-- other aggregates is unaffected, and no unrelated transaction ever stalls this claim);
+-- transactions that enqueue events of several aggregates in different orders may deadlock
+-- (SQLSTATE 40P01); rows inserted by raw SQL without the lock are ordered by id only.
+-- See docs/ordering.md.
 --
 -- Indexes: <table>_open_idx for candidates, <table>_aggregate_idx for the earlier-event check.
 -- The update finds the candidates by `id = ANY (ARRAY(...))`, not by joining them: a join lets
