@@ -87,17 +87,15 @@ async fn enqueue_refuses_a_hand_written_event_with_an_invalid_name() {
     );
 
     let err = Quoted { id: 1 }.enqueue(&mut tx, "k2").await.unwrap_err();
-    assert!(
-        matches!(err, Error::InvalidEventName { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, Error::InvalidEventName { .. }), "{err:?}");
     let err = BadAggregate { id: 1 }
         .enqueue(&mut tx, "k3")
         .await
         .unwrap_err();
     assert!(
-        err.to_string()
-            .starts_with("\"Order Items\" is not a valid aggregate type: it contains the uppercase letter `O`"),
+        err.to_string().starts_with(
+            "\"Order Items\" is not a valid aggregate type: it contains the uppercase letter `O`"
+        ),
         "{err}"
     );
 

@@ -349,8 +349,10 @@ async fn hostile_type_names_and_shapes_are_applied_as_data() {
         comparison.mismatched.is_empty() && comparison.unregistered.is_empty(),
         "{comparison:?}"
     );
-    let lock = outbox_runtime::generate::ContractLock::parse(&dir.read(outbox_runtime::generate::LOCK_FILE))
-        .expect("the lock reads back");
+    let lock = outbox_runtime::generate::ContractLock::parse(
+        &dir.read(outbox_runtime::generate::LOCK_FILE),
+    )
+    .expect("the lock reads back");
     for (name, text, shape) in &cases {
         let locked = lock.contract(name, 1).expect("locked");
         assert_eq!((&locked.type_name, &locked.shape), (text, shape));

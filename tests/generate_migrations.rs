@@ -447,11 +447,7 @@ fn a_lock_holding_a_hostile_name_or_table_is_refused() {
     let dir = TempDir::new();
     generate_migrations(dir.path(), &[order_confirmed_v1()]).unwrap();
     let good = ContractLock::parse(&dir.read(LOCK_FILE)).unwrap();
-    for (what, edit) in [
-        ("name", 0),
-        ("table of a contract", 1),
-        ("table list", 2),
-    ] {
+    for (what, edit) in [("name", 0), ("table of a contract", 1), ("table list", 2)] {
         for hostile in hostile_texts() {
             let mut lock = good.clone();
             match edit {
@@ -475,7 +471,8 @@ fn a_lock_holding_a_hostile_name_or_table_is_refused() {
                 "{what} {hostile:?}: {err}"
             );
             assert!(
-                !err.to_string().contains(['\n', '\r', '\0', '\u{2028}', '\u{85}']),
+                !err.to_string()
+                    .contains(['\n', '\r', '\0', '\u{2028}', '\u{85}']),
                 "{err}"
             );
         }
@@ -507,7 +504,11 @@ fn free_text_in_the_migration_stays_in_its_comment_or_literal() {
         !sql.contains(['\r', '\0', '\u{2028}', '\u{85}']),
         "line breaks in free text are escaped, in comments and in literals"
     );
-    for (i, text) in hostile_texts().iter().filter(|t| !t.contains('\0')).enumerate() {
+    for (i, text) in hostile_texts()
+        .iter()
+        .filter(|t| !t.contains('\0'))
+        .enumerate()
+    {
         let comment = sql
             .lines()
             .find(|l| l.starts_with(&format!("-- hostile.case{i} v1: ")))
@@ -522,7 +523,16 @@ fn free_text_in_the_migration_stays_in_its_comment_or_literal() {
         assert!(!line.contains("*/"), "{line}");
     }
     // NUL cannot be stored by PostgreSQL at all: refused with a clear error.
-    let nul = event("order.confirmed", 1, "outbox", "shop::Order\0Confirmed", json!({}));
+    let nul = event(
+        "order.confirmed",
+        1,
+        "outbox",
+        "shop::Order\0Confirmed",
+        json!({}),
+    );
     let err = generate_migrations(TempDir::new().path(), &[nul]).unwrap_err();
-    assert!(err.to_string().contains("contains a NUL character"), "{err}");
+    assert!(
+        err.to_string().contains("contains a NUL character"),
+        "{err}"
+    );
 }

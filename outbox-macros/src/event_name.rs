@@ -29,11 +29,10 @@ pub(crate) fn problem(name: &str) -> Option<String> {
     if name.split('.').any(str::is_empty) {
         return Some("it has an empty part (a leading, trailing or doubled `.`)".to_owned());
     }
-    if let Some(part) = name
-        .split('.')
-        .find(|part| part.starts_with(['_', '-']))
-    {
-        return Some(format!("its part `{part}` does not start with a letter or digit"));
+    if let Some(part) = name.split('.').find(|part| part.starts_with(['_', '-'])) {
+        return Some(format!(
+            "its part `{part}` does not start with a letter or digit"
+        ));
     }
     None
 }
@@ -88,7 +87,10 @@ mod tests {
     fn names_what_is_wrong() {
         let cases = [
             ("", "it is empty"),
-            ("x\nDROP TABLE victim; --", "it contains the character U+000A"),
+            (
+                "x\nDROP TABLE victim; --",
+                "it contains the character U+000A",
+            ),
             ("Order", "it contains the uppercase letter `O`"),
             ("order confirmed", "it contains the character U+0020"),
             ("order'", "it contains `'`"),

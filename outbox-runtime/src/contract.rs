@@ -274,12 +274,20 @@ mod tests {
 
     #[test]
     fn event_names_follow_the_rule_of_the_derive() {
-        for good in ["order.confirmed", "cart.checked_out", "v2.order-placed", "invoice_paid"] {
+        for good in [
+            "order.confirmed",
+            "cart.checked_out",
+            "v2.order-placed",
+            "invoice_paid",
+        ] {
             validate_event_name(good).unwrap();
         }
         validate_event_name(&"a".repeat(MAX_EVENT_NAME_LEN)).unwrap();
         let cases = [
-            ("x\nDROP TABLE victim; --", "it contains the character U+000A"),
+            (
+                "x\nDROP TABLE victim; --",
+                "it contains the character U+000A",
+            ),
             ("a*/b", "it contains `*`"),
             ("it's", "it contains `'`"),
             ("a$$b", "it contains `$`"),
@@ -297,12 +305,18 @@ mod tests {
             let message = validate_event_name(name).unwrap_err().to_string();
             assert!(message.contains(problem), "{name:?}: {message}");
             assert!(message.contains("lowercase ASCII letters"), "{message}");
-            assert!(!message.contains('\n') && !message.contains('\0'), "{message}");
+            assert!(
+                !message.contains('\n') && !message.contains('\0'),
+                "{message}"
+            );
         }
         let huge = "a".repeat(10_000);
         let message = validate_event_name(&huge).unwrap_err().to_string();
         assert!(message.contains("it is 10000 characters long"), "{message}");
-        assert!(message.len() < 600, "the name is cut in the message: {message}");
+        assert!(
+            message.len() < 600,
+            "the name is cut in the message: {message}"
+        );
         let message = validate_aggregate_type("Order").unwrap_err().to_string();
         assert!(message.contains("aggregate type"), "{message}");
     }

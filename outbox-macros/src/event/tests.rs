@@ -250,10 +250,14 @@ fn hostile_event_names_are_rejected_naming_the_allowed_set() {
         let msg = single_error(input);
         assert!(msg.contains("is not a valid event name: "), "{msg}");
         assert!(msg.contains("lowercase ASCII letters, digits"), "{msg}");
-        assert!(!msg.contains('\n'), "the message shows the name escaped: {msg}");
+        assert!(
+            !msg.contains('\n'),
+            "the message shows the name escaped: {msg}"
+        );
     }
     let long = "a".repeat(129);
-    let msg = single_error(parse_quote! { #[outbox(version = 1, name = #long)] struct E { id: u64 } });
+    let msg =
+        single_error(parse_quote! { #[outbox(version = 1, name = #long)] struct E { id: u64 } });
     assert!(msg.contains("it is 129 characters long"), "{msg}");
     assert!(msg.len() < 500, "a long name is cut in the message: {msg}");
 }
@@ -274,24 +278,37 @@ fn hostile_aggregate_types_are_rejected() {
 fn default_names_follow_the_same_rule() {
     let msg = single_error(parse_quote! { #[outbox(version = 1)] struct Ärger { id: u64 } });
     assert!(
-        msg.starts_with("the default event name \"ärger\" (the type name in snake_case) is not valid"),
+        msg.starts_with(
+            "the default event name \"ärger\" (the type name in snake_case) is not valid"
+        ),
         "{msg}"
     );
     assert!(msg.contains("`#[outbox(name = \"...\")]`"), "{msg}");
     // An explicit name fixes it; an older version inherits its name and is not checked here.
-    assert!(errors(parse_quote! { #[outbox(version = 1, name = "anger")] struct Ärger { id: u64 } }).is_empty());
-    assert!(errors(parse_quote! { #[outbox(version = 1, upcast = Anger)] struct Ärger { id: u64 } }).is_empty());
+    assert!(
+        errors(parse_quote! { #[outbox(version = 1, name = "anger")] struct Ärger { id: u64 } })
+            .is_empty()
+    );
+    assert!(
+        errors(parse_quote! { #[outbox(version = 1, upcast = Anger)] struct Ärger { id: u64 } })
+            .is_empty()
+    );
 
     let msg = single_error(parse_quote! {
         #[outbox(version = 1)] struct Placed { #[outbox(aggregate_id)] __id: u64 }
     });
-    assert!(msg.starts_with("the default aggregate type \"_\" (this field's name without `_id`)"), "{msg}");
+    assert!(
+        msg.starts_with("the default aggregate type \"_\" (this field's name without `_id`)"),
+        "{msg}"
+    );
     assert!(errors(parse_quote! {
         #[outbox(version = 1, aggregate = "order")] struct Placed { #[outbox(aggregate_id)] __id: u64 }
     })
     .is_empty());
-    assert!(errors(parse_quote! {
-        #[outbox(version = 1)] struct HTTPRequestSent { #[outbox(aggregate_id)] r#type_id: u64 }
-    })
-    .is_empty());
+    assert!(
+        errors(parse_quote! {
+            #[outbox(version = 1)] struct HTTPRequestSent { #[outbox(aggregate_id)] r#type_id: u64 }
+        })
+        .is_empty()
+    );
 }

@@ -140,7 +140,11 @@ fn check_default_names(cx: &Ctxt, input: &EventInput) {
     if input.attrs.aggregate.is_some() {
         return;
     }
-    let Some(field) = input.fields().iter().find(|f| f.attrs.aggregate_id.is_some()) else {
+    let Some(field) = input
+        .fields()
+        .iter()
+        .find(|f| f.attrs.aggregate_id.is_some())
+    else {
         return;
     };
     // Only a type taken from the field can be invalid on its own: one taken from the event

@@ -97,7 +97,9 @@ pub enum GenerateError {
         reason: String,
     },
     /// A Rust type name the database cannot store (PostgreSQL text holds no NUL character).
-    #[error("the type name `{type_name}` contains a NUL character, which PostgreSQL cannot store; use the type's path")]
+    #[error(
+        "the type name `{type_name}` contains a NUL character, which PostgreSQL cannot store; use the type's path"
+    )]
     InvalidTypeName {
         /// The type name, escaped and cut short for the message.
         type_name: String,

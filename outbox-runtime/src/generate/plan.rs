@@ -344,7 +344,10 @@ fn read_lock(text: &str) -> Result<ContractLock, GenerateError> {
     {
         return Err(GenerateError::LockUnreadable {
             path: LOCK_FILE.into(),
-            reason: format!("it lists the table \"{}\", which is not a valid outbox table name", shown(table)),
+            reason: format!(
+                "it lists the table \"{}\", which is not a valid outbox table name",
+                shown(table)
+            ),
         });
     }
     Ok(lock)

@@ -98,7 +98,10 @@ pub(crate) fn migration_sql(content: &MigrationContent<'_>) -> String {
                 ("fingerprint", string_literal(&contract.fingerprint)),
                 ("type_name", string_literal(&contract.type_name)),
                 ("table", string_literal(&contract.table)),
-                ("shape", dollar_quoted(&shape_text(&contract.pretty_shape()))),
+                (
+                    "shape",
+                    dollar_quoted(&shape_text(&contract.pretty_shape())),
+                ),
             ],
         ));
     }
@@ -113,9 +116,9 @@ pub(crate) fn fill(template: &str, values: &[(&str, String)]) -> String {
     while let Some(open) = rest.find('{') {
         out.push_str(&rest[..open]);
         let after = &rest[open + 1..];
-        let found = values.iter().find(|(key, _)| {
-            after.starts_with(key) && after[key.len()..].starts_with('}')
-        });
+        let found = values
+            .iter()
+            .find(|(key, _)| after.starts_with(key) && after[key.len()..].starts_with('}'));
         match found {
             Some((key, value)) => {
                 out.push_str(value);
@@ -237,20 +240,14 @@ mod tests {
     fn literals_cannot_escape_their_quotes() {
         assert_eq!(string_literal("it's"), "'it''s'");
         assert_eq!(dollar_quoted("a $shape$ b"), "$shape1$a $shape$ b$shape1$");
-        assert_eq!(
-            comment_text("a\nDROP TABLE x;"),
-            "a\\u{a}DROP TABLE x;"
-        );
+        assert_eq!(comment_text("a\nDROP TABLE x;"), "a\\u{a}DROP TABLE x;");
     }
 
     #[test]
     fn string_literals_do_not_depend_on_standard_conforming_strings() {
         assert_eq!(string_literal("a\\'b"), "E'a\\\\''b'");
         assert_eq!(string_literal("plain"), "'plain'");
-        assert_eq!(
-            string_literal("a\n'b\u{2028}"),
-            "E'a\\u000A''b\\u2028'"
-        );
+        assert_eq!(string_literal("a\n'b\u{2028}"), "E'a\\u000A''b\\u2028'");
     }
 
     #[test]
@@ -258,7 +255,10 @@ mod tests {
         let shape = serde_json::json!({"a\u{2028}\n\u{202E}": 1});
         let text = shape_text(&serde_json::to_string(&shape).unwrap());
         assert_eq!(text, r#"{"a\u2028\n\u202e":1}"#);
-        assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap(), shape);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+            shape
+        );
     }
 
     #[test]
@@ -271,7 +271,14 @@ mod tests {
     #[test]
     fn comments_stay_on_one_line_and_close_no_block() {
         for hostile in [
-            "a\nb", "a\rb", "a\0b", "a\u{85}b", "a\u{2028}b", "a\u{2029}b", "a\u{202E}b", "a\u{b}b",
+            "a\nb",
+            "a\rb",
+            "a\0b",
+            "a\u{85}b",
+            "a\u{2028}b",
+            "a\u{2029}b",
+            "a\u{202E}b",
+            "a\u{b}b",
         ] {
             let text = comment_text(hostile);
             assert!(
