@@ -1,13 +1,14 @@
 //! The generated SQL against a real PostgreSQL: it applies with sqlx's migrator next to the
 //! base schema, creates the tables and indexes it names, fills the contract registry, and the
-//! start-up check agrees with it until a contract drifts.
+//! start-up check agrees with it until a contract drifts. Hostile names never reach the
+//! database, and hostile free text (type names, shapes) is stored as data.
 
 mod generate_support;
 
 use generate_support::*;
 use outbox_runtime::Error;
 use outbox_runtime::generate::{
-    compare_registry, generate_migrations, registry_rows, verify_contracts,
+    GenerateError, compare_registry, generate_migrations, registry_rows, verify_contracts,
 };
 use outbox_runtime::testing::TestDatabase;
 use serde_json::json;
@@ -233,4 +234,151 @@ async fn the_startup_check_passes_on_an_empty_registry_and_explains_a_missing_on
             .contains("`outbox_contracts` does not exist: apply the base schema first"),
         "{err}"
     );
+}
+
+/// A `victim` table with one row, for the hostile-name tests.
+async fn create_victim(db: &TestDatabase) {
+    sqlx::raw_sql("CREATE TABLE victim (id int PRIMARY KEY); INSERT INTO victim VALUES (1);")
+        .execute(db.pool())
+        .await
+        .unwrap();
+}
+
+async fn victim_survives(db: &TestDatabase) -> bool {
+    sqlx::query_scalar::<_, Option<String>>("SELECT to_regclass('victim')::text")
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+        .is_some()
+}
+
+#[tokio::test]
+async fn a_hostile_event_name_never_reaches_the_database() {
+    let db = TestDatabase::new().await;
+    create_victim(&db).await;
+    for name in hostile_texts() {
+        let dir = TempDir::new();
+        let hostile = event(
+            leak(name.clone()),
+            1,
+            "outbox",
+            "shop::OrderConfirmed",
+            order_confirmed_v1_shape(),
+        );
+        let result = generate_migrations(dir.path(), &[hostile]);
+        if result.is_ok() {
+            // What `outbox migrate` would do with what was written.
+            let migrator = sqlx::migrate::Migrator::new(dir.path()).await.unwrap();
+            let applied = migrator.run(db.pool()).await;
+            assert!(
+                victim_survives(&db).await,
+                "the migration generated for event name {name:?} dropped the victim table (apply: {applied:?})"
+            );
+        }
+        let err = result.expect_err("a hostile event name is refused");
+        assert!(
+            matches!(err, GenerateError::InvalidEventName { .. }),
+            "{name:?}: {err}"
+        );
+        assert!(dir.names().is_empty());
+    }
+    assert!(victim_survives(&db).await);
+}
+
+#[tokio::test]
+async fn hostile_type_names_and_shapes_are_applied_as_data() {
+    let db = TestDatabase::new().await;
+    create_victim(&db).await;
+    let dir = TempDir::new();
+    // Free text (not a name): type names and field names of every hostile kind, NUL aside
+    // (PostgreSQL cannot store it; the generator refuses it).
+    let cases: Vec<(String, String, serde_json::Value)> = hostile_texts()
+        .into_iter()
+        .filter(|t| !t.contains('\0'))
+        .enumerate()
+        .map(|(i, text)| {
+            let shape = json!({
+                "type": "object",
+                "properties": {text.clone(): {"type": "string", "format": text.clone()}},
+                "required": [text.clone()],
+            });
+            (format!("hostile.case{i}"), text, shape)
+        })
+        .collect();
+    let events: Vec<_> = cases
+        .iter()
+        .map(|(name, text, shape)| {
+            event(
+                leak(name.clone()),
+                1,
+                "outbox",
+                leak(text.clone()),
+                shape.clone(),
+            )
+        })
+        .collect();
+    generate_migrations(dir.path(), &events).unwrap();
+
+    // Applied on a connection that reads backslashes in plain strings as escapes: literals
+    // must mean the same text under either setting of standard_conforming_strings.
+    let mut conn = db.pool().acquire().await.unwrap();
+    sqlx::query("SET standard_conforming_strings = off")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let migrator = sqlx::migrate::Migrator::new(dir.path()).await.unwrap();
+    let applied = migrator.run(&mut *conn).await;
+    drop(conn);
+    assert!(victim_survives(&db).await, "the victim table was dropped");
+    applied.expect("the generated migration applies");
+
+    for (name, text, shape) in &cases {
+        let row = sqlx::query(
+            "SELECT fingerprint, type_name, shape FROM outbox_contracts WHERE event_type = $1 AND event_version = 1",
+        )
+        .bind(name)
+        .fetch_one(db.pool())
+        .await
+        .unwrap_or_else(|e| panic!("{name} ({text:?}) is registered: {e}"));
+        assert_eq!(&row.get::<String, _>("type_name"), text, "{name}");
+        assert_eq!(&row.get::<serde_json::Value, _>("shape"), shape, "{name}");
+    }
+    let compiled: Vec<_> = events.iter().map(|e| e.contract.clone()).collect();
+    let comparison = verify_contracts(db.pool(), &compiled).await.unwrap();
+    assert!(
+        comparison.mismatched.is_empty() && comparison.unregistered.is_empty(),
+        "{comparison:?}"
+    );
+    let lock = outbox_runtime::generate::ContractLock::parse(
+        &dir.read(outbox_runtime::generate::LOCK_FILE),
+    )
+    .expect("the lock reads back");
+    for (name, text, shape) in &cases {
+        let locked = lock.contract(name, 1).expect("locked");
+        assert_eq!((&locked.type_name, &locked.shape), (text, shape));
+    }
+}
+
+#[tokio::test]
+async fn the_startup_check_refuses_a_registry_row_with_a_hostile_name() {
+    let db = TestDatabase::new().await;
+    sqlx::query(
+        "INSERT INTO outbox_contracts (event_type, event_version, fingerprint, type_name, table_name, shape) \
+         VALUES ($1, 1, repeat('a', 64), 't', 'outbox', '{}')",
+    )
+    .bind("x\nDROP TABLE victim; --")
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let err = verify_contracts(db.pool(), &[order_confirmed_v1().contract])
+        .await
+        .unwrap_err();
+    let Error::ContractMismatch(message) = &err else {
+        panic!("expected ContractMismatch, got {err}")
+    };
+    assert!(
+        message.contains("holds version 1 of an event whose name cannot be used: \"x\\nDROP TABLE victim; --\" is not a valid event name"),
+        "{message}"
+    );
+    assert!(!message.contains('\n'), "{message}");
 }

@@ -311,3 +311,31 @@ async fn a_worker_runs_as_the_worker_role() {
     worker_pool.close().await;
     roles.drop_all(&db).await;
 }
+
+#[test]
+fn hostile_table_and_role_names_are_refused_with_a_message_that_shows_them_escaped() {
+    for hostile in hostile_texts()
+        .into_iter()
+        .chain(["current_user".to_owned(), "Shop_App".to_owned()])
+    {
+        for (tables, enqueuer, worker) in [
+            (vec![hostile.as_str()], "shop_app", "shop_worker"),
+            (vec!["outbox"], hostile.as_str(), "shop_worker"),
+            (vec!["outbox"], "shop_app", hostile.as_str()),
+        ] {
+            let err = grants_sql(&tables, enqueuer, worker)
+                .expect_err(&format!("{hostile:?} must be refused"));
+            let message = err.to_string();
+            assert!(
+                message.contains("is not a usable role name")
+                    || message.contains("is not a valid outbox table name")
+                    || message.contains("is a reserved word"),
+                "{hostile:?}: {message}"
+            );
+            assert!(
+                !message.contains(['\n', '\r', '\0', '\u{2028}', '\u{85}']) && message.len() < 1000,
+                "the message shows the name escaped and short: {message}"
+            );
+        }
+    }
+}

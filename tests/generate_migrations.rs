@@ -405,3 +405,134 @@ fn plan_is_a_pure_function_of_the_folder() {
     assert_eq!(a, b);
     assert!(!a.is_up_to_date());
 }
+
+#[test]
+fn hostile_event_names_are_refused_before_anything_is_written() {
+    for name in hostile_texts()
+        .into_iter()
+        .chain(["Order.Confirmed".to_owned(), "order..confirmed".to_owned()])
+    {
+        let dir = TempDir::new();
+        let hostile = event(
+            leak(name.clone()),
+            1,
+            "outbox",
+            "shop::OrderConfirmed",
+            order_confirmed_v1_shape(),
+        );
+        let err = generate_migrations(dir.path(), &[order_confirmed_v1(), hostile.clone()])
+            .expect_err(&format!("{name:?} must be refused"));
+        assert!(
+            matches!(err, GenerateError::InvalidEventName { .. }),
+            "{name:?}: {err}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.starts_with(
+                "the type `shop::OrderConfirmed` declares event version 1 under a name that cannot be used: "
+            ) && message.contains("lowercase ASCII letters, digits, `_` and `-`"),
+            "{message}"
+        );
+        assert!(
+            !message.contains(['\n', '\r', '\0', '\u{2028}', '\u{85}']) && message.len() < 1000,
+            "the message shows the name escaped and short: {message}"
+        );
+        assert!(dir.names().is_empty(), "nothing written for {name:?}");
+        assert!(check_migrations(dir.path(), &[hostile]).is_err());
+    }
+}
+
+#[test]
+fn a_lock_holding_a_hostile_name_or_table_is_refused() {
+    let dir = TempDir::new();
+    generate_migrations(dir.path(), &[order_confirmed_v1()]).unwrap();
+    let good = ContractLock::parse(&dir.read(LOCK_FILE)).unwrap();
+    for (what, edit) in [("name", 0), ("table of a contract", 1), ("table list", 2)] {
+        for hostile in hostile_texts() {
+            let mut lock = good.clone();
+            match edit {
+                0 => lock.contracts[0].name = hostile.clone(),
+                1 => lock.contracts[0].table = hostile.clone(),
+                _ => lock.tables.push(hostile.clone()),
+            }
+            dir.write(LOCK_FILE, &lock.render());
+            // The edited contract is no longer compiled: its removal warning would have been
+            // SQL built from the lock's name and table.
+            let result = generate_migrations(dir.path(), &[shipment_sent()]);
+            let err = match result {
+                Err(err) => err,
+                Ok(out) => panic!(
+                    "a lock with a hostile {what} {hostile:?} was accepted; warning: {:?}",
+                    out.removed.iter().map(|r| r.warning()).collect::<Vec<_>>()
+                ),
+            };
+            assert!(
+                matches!(err, GenerateError::LockUnreadable { .. }),
+                "{what} {hostile:?}: {err}"
+            );
+            assert!(
+                !err.to_string()
+                    .contains(['\n', '\r', '\0', '\u{2028}', '\u{85}']),
+                "{err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn free_text_in_the_migration_stays_in_its_comment_or_literal() {
+    // Type names and shapes are not names: they are kept, quoted in literals and escaped in
+    // comments. (generate_apply.rs applies such a migration to a real database.)
+    let dir = TempDir::new();
+    let events: Vec<_> = hostile_texts()
+        .into_iter()
+        .filter(|t| !t.contains('\0'))
+        .enumerate()
+        .map(|(i, text)| {
+            event(
+                leak(format!("hostile.case{i}")),
+                1,
+                "outbox",
+                leak(text.clone()),
+                json!({"type": "object", "properties": {text: {"type": "string"}}}),
+            )
+        })
+        .collect();
+    generate_migrations(dir.path(), &events).unwrap();
+    let sql = dir.read("0001_outbox_events.sql");
+    assert!(
+        !sql.contains(['\r', '\0', '\u{2028}', '\u{85}']),
+        "line breaks in free text are escaped, in comments and in literals"
+    );
+    for (i, text) in hostile_texts()
+        .iter()
+        .filter(|t| !t.contains('\0'))
+        .enumerate()
+    {
+        let comment = sql
+            .lines()
+            .find(|l| l.starts_with(&format!("-- hostile.case{i} v1: ")))
+            .unwrap_or_else(|| panic!("no comment line for case {i}"));
+        assert!(
+            comment.ends_with(", written to outbox.") && comment.len() < 400,
+            "{text:?} stays on its comment line, cut short: {comment}"
+        );
+    }
+    for line in sql.lines().filter(|l| l.starts_with("-- hostile.case")) {
+        assert!(line.len() < 400, "comments are cut short: {line}");
+        assert!(!line.contains("*/"), "{line}");
+    }
+    // NUL cannot be stored by PostgreSQL at all: refused with a clear error.
+    let nul = event(
+        "order.confirmed",
+        1,
+        "outbox",
+        "shop::Order\0Confirmed",
+        json!({}),
+    );
+    let err = generate_migrations(TempDir::new().path(), &[nul]).unwrap_err();
+    assert!(
+        err.to_string().contains("contains a NUL character"),
+        "{err}"
+    );
+}

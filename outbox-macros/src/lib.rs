@@ -11,6 +11,7 @@ mod catalogue;
 mod crate_path;
 mod ctxt;
 mod event;
+mod event_name;
 mod handler;
 mod sql_ident;
 mod symbol;
@@ -33,13 +34,15 @@ use proc_macro::TokenStream;
 /// - `version = N` (required, `N >= 1`): bump it whenever the payload shape changes.
 /// - `name = "..."`: the stored event name. Default: the type name in snake_case
 ///   (`OrderConfirmed` -> `order_confirmed`); an older version (`upcast = ...`) inherits the
-///   name of its target.
+///   name of its target. Checked at compile time: 1 to 128 characters of `[a-z0-9_-]` in parts
+///   separated by single dots, each part starting with a letter or digit (`order.confirmed`).
 /// - `table = "..."`: the outbox table (default `outbox`, or the upcast target's). Checked at
 ///   compile time: 1 to 63 characters of `[a-z0-9_]`, not starting with a digit.
 /// - `upcast = NewerType`: this type is an older version of `NewerType`; requires
 ///   `impl From<ThisType> for NewerType`. Handlers only see the current version.
 /// - `aggregate = "..."`: the aggregate type. Default: the aggregate id field's name without
 ///   `_id` (`order_id` -> `order`), else the event name up to its first `.`, else the name.
+///   Checked like the event name.
 /// - `crate = path`: where the runtime is (for re-exports). Default `::outbox_runtime`.
 ///
 /// Field attributes: `#[outbox(aggregate_id)]` (any `Display` type; enables per-aggregate

@@ -4,7 +4,90 @@
 
 use std::any::{Any, TypeId};
 
+use crate::error::{Error, Result};
 use crate::event::Event;
+
+/// The longest event name (and aggregate type) accepted, in bytes.
+pub const MAX_EVENT_NAME_LEN: usize = 128;
+
+/// The event name rule in words; `#[derive(Event)]` checks the same rule at compile time.
+pub const EVENT_NAME_RULE: &str = "1 to 128 characters: lowercase ASCII letters, digits, `_` and `-`, in parts \
+                                   separated by single dots, each part starting with a letter or digit \
+                                   (for example `order.confirmed`)";
+
+/// Refuse an event name outside [`EVENT_NAME_RULE`].
+///
+/// A name is stored, written into generated migrations and the contract lock, logged, and mapped
+/// to a NATS subject token by token; names of this set need no quoting in any of them.
+/// `#[derive(Event)]` refuses other names at compile time; this is the check for names that
+/// arrive otherwise (an `Event` impl written by hand, a contract built at run time, the
+/// contract registry or lock read back).
+pub fn validate_event_name(name: &str) -> Result<()> {
+    validate_name("event name", name)
+}
+
+/// Refuse an aggregate type outside [`EVENT_NAME_RULE`] (aggregate types follow the event name
+/// rule).
+pub fn validate_aggregate_type(aggregate_type: &str) -> Result<()> {
+    validate_name("aggregate type", aggregate_type)
+}
+
+fn validate_name(kind: &'static str, name: &str) -> Result<()> {
+    match name_problem(name) {
+        None => Ok(()),
+        Some(problem) => Err(Error::InvalidEventName {
+            kind,
+            name: shown(name),
+            problem,
+        }),
+    }
+}
+
+/// What is wrong with `name`, or `None` when it follows [`EVENT_NAME_RULE`].
+fn name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("it is empty".to_owned());
+    }
+    if let Some(c) = name.chars().find(|c| !is_name_char(*c)) {
+        return Some(format!("it contains {}", describe(c)));
+    }
+    if name.len() > MAX_EVENT_NAME_LEN {
+        return Some(format!("it is {} characters long", name.len()));
+    }
+    if name.split('.').any(str::is_empty) {
+        return Some("it has an empty part (a leading, trailing or doubled `.`)".to_owned());
+    }
+    if let Some(part) = name.split('.').find(|p| p.starts_with(['_', '-'])) {
+        return Some(format!(
+            "its part `{part}` does not start with a letter or digit"
+        ));
+    }
+    None
+}
+
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.')
+}
+
+fn describe(c: char) -> String {
+    if c.is_ascii_uppercase() {
+        format!("the uppercase letter `{c}`")
+    } else if c.is_control() || c.is_whitespace() || !c.is_ascii() {
+        format!("the character U+{:04X}", u32::from(c))
+    } else {
+        format!("`{c}`")
+    }
+}
+
+/// Untrusted text for a message or a log line: escaped (a line break shows as `\n`) and cut
+/// after 160 characters, so neither a hostile nor a huge value can shape the message.
+pub fn shown(text: &str) -> String {
+    let escaped: String = text.escape_debug().collect();
+    match escaped.char_indices().nth(160) {
+        Some((cut, _)) => format!("{}...", &escaped[..cut]),
+        None => escaped,
+    }
+}
 
 /// The contract of one event version: its name, version, Rust type and canonical payload shape.
 #[derive(Debug, Clone, PartialEq)]
@@ -187,6 +270,55 @@ mod tests {
             type_name: "x::X",
             shape,
         }
+    }
+
+    #[test]
+    fn event_names_follow_the_rule_of_the_derive() {
+        for good in [
+            "order.confirmed",
+            "cart.checked_out",
+            "v2.order-placed",
+            "invoice_paid",
+        ] {
+            validate_event_name(good).unwrap();
+        }
+        validate_event_name(&"a".repeat(MAX_EVENT_NAME_LEN)).unwrap();
+        let cases = [
+            (
+                "x\nDROP TABLE victim; --",
+                "it contains the character U+000A",
+            ),
+            ("a*/b", "it contains `*`"),
+            ("it's", "it contains `'`"),
+            ("a$$b", "it contains `$`"),
+            ("a\"b", "it contains `\"`"),
+            ("a\\b", "it contains `\\`"),
+            ("a\0b", "it contains the character U+0000"),
+            ("a\u{2028}b", "it contains the character U+2028"),
+            ("a\u{85}b", "it contains the character U+0085"),
+            ("Order", "it contains the uppercase letter `O`"),
+            ("", "it is empty"),
+            ("a..b", "it has an empty part"),
+            ("a._b", "its part `_b` does not start"),
+        ];
+        for (name, problem) in cases {
+            let message = validate_event_name(name).unwrap_err().to_string();
+            assert!(message.contains(problem), "{name:?}: {message}");
+            assert!(message.contains("lowercase ASCII letters"), "{message}");
+            assert!(
+                !message.contains('\n') && !message.contains('\0'),
+                "{message}"
+            );
+        }
+        let huge = "a".repeat(10_000);
+        let message = validate_event_name(&huge).unwrap_err().to_string();
+        assert!(message.contains("it is 10000 characters long"), "{message}");
+        assert!(
+            message.len() < 600,
+            "the name is cut in the message: {message}"
+        );
+        let message = validate_aggregate_type("Order").unwrap_err().to_string();
+        assert!(message.contains("aggregate type"), "{message}");
     }
 
     #[test]

@@ -181,6 +181,14 @@ impl DispatcherBuilder {
     pub fn build(self) -> Result<Dispatcher> {
         let mut handlers: BTreeMap<&'static str, HandlerEntry> = BTreeMap::new();
         for entry in self.handlers {
+            // `#[derive(Event)]` checks names at compile time; an `Event` written by hand
+            // is checked here, before its name reaches a log line or a failure reason.
+            crate::contract::validate_event_name(entry.event_name).map_err(|e| {
+                Error::Dispatcher(format!(
+                    "`{}` cannot be handled: {e}",
+                    entry.event_type_name
+                ))
+            })?;
             if let Some(existing) = handlers.get(entry.event_name) {
                 return Err(Error::Dispatcher(format!(
                     "event `{}` has two handlers, `{}` (for `{}`) and `{}` (for `{}`); keep one",
@@ -326,16 +334,19 @@ impl Dispatcher {
             .map(|(_, v)| *v)
             .collect();
         known.sort_unstable();
+        // The stored name may be anything raw SQL wrote: escaped before it reaches the
+        // failure reason and the log.
+        let name = crate::contract::shown(&event.event_type);
         if known.is_empty() {
             HandlerError::permanent(format!(
-                "no handler for event `{}` (version {}): register one with `Dispatcher::builder().handler(..)` or `#[handler]`",
-                event.event_type, event.event_version
+                "no handler for event `{name}` (version {}): register one with `Dispatcher::builder().handler(..)` or `#[handler]`",
+                event.event_version
             ))
         } else {
             HandlerError::permanent(format!(
-                "event `{}` version {} is unknown to this binary, which handles versions {:?}: \
+                "event `{name}` version {} is unknown to this binary, which handles versions {:?}: \
                  deploy the type for that version (with `upcast`) before events of it are written",
-                event.event_type, event.event_version, known
+                event.event_version, known
             ))
         }
     }

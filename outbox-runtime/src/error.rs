@@ -127,6 +127,17 @@ pub enum Error {
          statement on it would be a syntax error: choose another name, for example `{0}_outbox`"
     )]
     ReservedTableName(String),
+    /// An event name or aggregate type outside the documented rule
+    /// ([`crate::contract::EVENT_NAME_RULE`]). Nothing was written.
+    #[error("\"{name}\" is not a valid {kind}: {problem}; use {rule}", rule = crate::contract::EVENT_NAME_RULE)]
+    InvalidEventName {
+        /// `event name` or `aggregate type`.
+        kind: &'static str,
+        /// The name, escaped and cut short for the message.
+        name: String,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// A configuration value out of range.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -17,6 +17,14 @@
 //!
 //! The core ([`plan`]) is a pure function over contracts and the folder's contents; this module
 //! adds the file system.
+//!
+//! What the generated files embed, and how (the migration is executed by `outbox migrate`):
+//! event names and tables, from the events or read back from the lock, are refused unless they
+//! follow their rules ([`crate::contract::EVENT_NAME_RULE`], [`crate::store::validate_table_name`]);
+//! the Rust type name and the shape are free text, written in comments with every line break,
+//! direction override and `*/` escaped, and in literals that mean the same text under either
+//! setting of `standard_conforming_strings` (an escape string, or a dollar quote whose tag the
+//! text cannot close). The lock is JSON, escaped by its serializer.
 
 mod error;
 mod grants;

@@ -173,3 +173,33 @@ pub async fn enqueue_parcels(pool: &sqlx::PgPool, prefix: &str, n: usize) -> Vec
     tx.commit().await.expect("commit");
     ids
 }
+
+/// Texts an attacker would put into a name: SQL after a line break (`\n`, `\r`, U+2028,
+/// U+0085), a block comment's end, each quote PostgreSQL knows (`'`, `"`, `$$`, `E'\'`), NUL,
+/// and a 10 kB name.
+pub fn hostile_texts() -> Vec<String> {
+    let mut texts: Vec<String> = [
+        "x\nDROP TABLE victim; --",
+        "x\rDROP TABLE victim; --",
+        "x\u{2028}DROP TABLE victim; --",
+        "x\u{85}DROP TABLE victim; --",
+        "x */ DROP TABLE victim; /*",
+        "x'); DROP TABLE victim; --",
+        "x\\'); DROP TABLE victim; --",
+        "x$$); DROP TABLE victim; --$$",
+        "x$shape$); DROP TABLE victim; --",
+        "x\"; DROP TABLE victim; --",
+        "x\0DROP TABLE victim; --",
+        "{shape}",
+    ]
+    .iter()
+    .map(|t| (*t).to_owned())
+    .collect();
+    texts.push(format!("x{}\nDROP TABLE victim; --", "a".repeat(10_000)));
+    texts
+}
+
+/// `text` with a `'static` lifetime, as a contract holds it (a test builds a few).
+pub fn leak(text: String) -> &'static str {
+    Box::leak(text.into_boxed_str())
+}

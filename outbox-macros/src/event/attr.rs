@@ -8,6 +8,7 @@ use syn::{Attribute, LitInt, LitStr, Path};
 
 use crate::attr::{Attr, Spanned};
 use crate::ctxt::Ctxt;
+use crate::event_name;
 use crate::sql_ident::is_safe_identifier;
 use crate::symbol::*;
 
@@ -45,9 +46,7 @@ impl Container {
             let result = attr.parse_nested_meta(|meta| {
                 if meta.path == NAME {
                     let lit: LitStr = meta.value()?.parse()?;
-                    if lit.value().trim().is_empty() {
-                        cx.error_spanned_by(&lit, "`name` must not be empty; for example `name = \"order.confirmed\"`");
-                    }
+                    check_name(cx, &lit, "event name");
                     name.set(&meta.path, lit.value());
                 } else if meta.path == VERSION {
                     let lit: LitInt = meta.value()?.parse()?;
@@ -74,9 +73,7 @@ impl Container {
                     }
                 } else if meta.path == AGGREGATE {
                     let lit: LitStr = meta.value()?.parse()?;
-                    if lit.value().trim().is_empty() {
-                        cx.error_spanned_by(&lit, "`aggregate` must not be empty; for example `aggregate = \"order\"`");
-                    }
+                    check_name(cx, &lit, "aggregate type");
                     aggregate.set(&meta.path, lit.value());
                 } else if meta.path == UPCAST {
                     upcast.set(&meta.path, parse_path_value(&meta)?);
@@ -144,6 +141,22 @@ impl Field {
             aggregate_id: aggregate_id.get_with_tokens().map(|(t, ())| t),
             aggregate_version: aggregate_version.get_with_tokens().map(|(t, ())| t),
         }
+    }
+}
+
+/// Event names and aggregate types are embedded in generated migrations, the contract lock,
+/// logs and NATS subjects: only names of the documented set are accepted (`event_name.rs`).
+/// The value still fills its slot, so it is not also reported missing.
+fn check_name(cx: &Ctxt, lit: &LitStr, what: &str) {
+    if let Some(problem) = event_name::problem(&lit.value()) {
+        cx.error_spanned_by(
+            lit,
+            format!(
+                "\"{}\" is not a valid {what}: {problem}; use {}",
+                event_name::shown(&lit.value()),
+                event_name::RULE
+            ),
+        );
     }
 }
 

@@ -233,3 +233,82 @@ fn an_invalid_input_expands_to_the_error_plus_a_stub_impl() {
         "a stub is never registered: {out}"
     );
 }
+
+#[test]
+fn hostile_event_names_are_rejected_naming_the_allowed_set() {
+    for name in [
+        "x\nDROP TABLE victim; --",
+        "a*/b",
+        "it's",
+        "Order.Confirmed",
+        "order..confirmed",
+        "",
+        "a\u{2028}b",
+    ] {
+        let input: DeriveInput =
+            parse_quote! { #[outbox(version = 1, name = #name)] struct E { id: u64 } };
+        let msg = single_error(input);
+        assert!(msg.contains("is not a valid event name: "), "{msg}");
+        assert!(msg.contains("lowercase ASCII letters, digits"), "{msg}");
+        assert!(
+            !msg.contains('\n'),
+            "the message shows the name escaped: {msg}"
+        );
+    }
+    let long = "a".repeat(129);
+    let msg =
+        single_error(parse_quote! { #[outbox(version = 1, name = #long)] struct E { id: u64 } });
+    assert!(msg.contains("it is 129 characters long"), "{msg}");
+    assert!(msg.len() < 500, "a long name is cut in the message: {msg}");
+}
+
+#[test]
+fn hostile_aggregate_types_are_rejected() {
+    let msg = single_error(parse_quote! {
+        #[outbox(version = 1, aggregate = "order\n; DROP TABLE victim")]
+        struct E { #[outbox(aggregate_id)] id: u64 }
+    });
+    assert!(
+        msg.starts_with("\"order\\n; DROP TABLE victim\" is not a valid aggregate type: it contains the character U+000A"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn default_names_follow_the_same_rule() {
+    let msg = single_error(parse_quote! { #[outbox(version = 1)] struct Ärger { id: u64 } });
+    assert!(
+        msg.starts_with(
+            "the default event name \"ärger\" (the type name in snake_case) is not valid"
+        ),
+        "{msg}"
+    );
+    assert!(msg.contains("`#[outbox(name = \"...\")]`"), "{msg}");
+    // An explicit name fixes it; an older version inherits its name and is not checked here.
+    assert!(
+        errors(parse_quote! { #[outbox(version = 1, name = "anger")] struct Ärger { id: u64 } })
+            .is_empty()
+    );
+    assert!(
+        errors(parse_quote! { #[outbox(version = 1, upcast = Anger)] struct Ärger { id: u64 } })
+            .is_empty()
+    );
+
+    let msg = single_error(parse_quote! {
+        #[outbox(version = 1)] struct Placed { #[outbox(aggregate_id)] __id: u64 }
+    });
+    assert!(
+        msg.starts_with("the default aggregate type \"_\" (this field's name without `_id`)"),
+        "{msg}"
+    );
+    assert!(errors(parse_quote! {
+        #[outbox(version = 1, aggregate = "order")] struct Placed { #[outbox(aggregate_id)] __id: u64 }
+    })
+    .is_empty());
+    assert!(
+        errors(parse_quote! {
+            #[outbox(version = 1)] struct HTTPRequestSent { #[outbox(aggregate_id)] r#type_id: u64 }
+        })
+        .is_empty()
+    );
+}

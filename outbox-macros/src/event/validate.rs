@@ -2,7 +2,9 @@
 //! attribute value (version 0, an unsafe table name) are checked while parsing (`attr.rs`).
 
 use super::ast::{EventInput, Shape};
+use super::naming;
 use crate::ctxt::Ctxt;
+use crate::event_name;
 
 pub(crate) fn check(cx: &Ctxt, input: &EventInput) {
     check_version_given(cx, input);
@@ -10,6 +12,7 @@ pub(crate) fn check(cx: &Ctxt, input: &EventInput) {
     check_shape(cx, input);
     check_single_aggregate_field(cx, input);
     check_aggregate_needs_id(cx, input);
+    check_default_names(cx, input);
 }
 
 /// The version is part of the contract; guessing it would make a later bump ambiguous.
@@ -112,5 +115,53 @@ fn check_aggregate_needs_id(cx: &Ctxt, input: &EventInput) {
                 "`aggregate_version` needs a field marked `#[outbox(aggregate_id)]`: mark the field that holds the aggregate's id",
             );
         }
+    }
+}
+
+/// A name the user did not write (the snake_case type name, or the aggregate id field without
+/// `_id`) follows the same rule as one they did, which `attr.rs` checks: reported on the type or
+/// the field it came from, with the attribute that overrides it.
+fn check_default_names(cx: &Ctxt, input: &EventInput) {
+    let default_name = (input.attrs.name.is_none() && input.attrs.upcast.is_none())
+        .then(|| naming::default_event_name(input.ident));
+    if let Some(name) = &default_name {
+        if let Some(problem) = event_name::problem(name) {
+            cx.error_spanned_by(
+                input.ident,
+                format!(
+                    "the default event name \"{}\" (the type name in snake_case) is not valid: {problem}; \
+                     give the name explicitly with `#[outbox(name = \"...\")]`, using {}",
+                    event_name::shown(name),
+                    event_name::RULE
+                ),
+            );
+        }
+    }
+    if input.attrs.aggregate.is_some() {
+        return;
+    }
+    let Some(field) = input
+        .fields()
+        .iter()
+        .find(|f| f.attrs.aggregate_id.is_some())
+    else {
+        return;
+    };
+    // Only a type taken from the field can be invalid on its own: one taken from the event
+    // name is its first part, valid whenever the name is (and the name is checked above).
+    let aggregate = naming::default_aggregate_type(field.ident, "");
+    if aggregate.is_empty() {
+        return;
+    }
+    if let Some(problem) = event_name::problem(&aggregate) {
+        cx.error_spanned_by(
+            field.ident,
+            format!(
+                "the default aggregate type \"{}\" (this field's name without `_id`) is not valid: {problem}; \
+                 give it explicitly with `#[outbox(aggregate = \"...\")]` on the type, using {}",
+                event_name::shown(&aggregate),
+                event_name::RULE
+            ),
+        );
     }
 }

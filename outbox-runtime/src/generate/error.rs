@@ -83,6 +83,27 @@ pub enum GenerateError {
         /// The other type.
         second: String,
     },
+    /// An event's name is outside the event name rule ([`crate::contract::EVENT_NAME_RULE`]).
+    #[error(
+        "the type `{type_name}` declares event version {version} under a name that cannot be used: {reason}; \
+         rename the event (`#[outbox(name = \"...\")]`)"
+    )]
+    InvalidEventName {
+        /// The Rust type, escaped and cut short for the message.
+        type_name: String,
+        /// The version it declares.
+        version: u32,
+        /// What is wrong with the name (the name itself, escaped, and the rule).
+        reason: String,
+    },
+    /// A Rust type name the database cannot store (PostgreSQL text holds no NUL character).
+    #[error(
+        "the type name `{type_name}` contains a NUL character, which PostgreSQL cannot store; use the type's path"
+    )]
+    InvalidTypeName {
+        /// The type name, escaped and cut short for the message.
+        type_name: String,
+    },
     /// An event names an outbox table that is not a safe identifier.
     #[error("event `{event}` names the outbox table `{table}`, which cannot be used: {reason}")]
     InvalidTable {

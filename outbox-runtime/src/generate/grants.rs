@@ -3,6 +3,8 @@
 //! The roles themselves are the operator's (`CREATE ROLE ... LOGIN PASSWORD ...`); this only
 //! writes the GRANT statements, so they can go into a migration or be applied by hand.
 
+use super::render::fill;
+use crate::contract::shown;
 use crate::error::{Error, Result};
 
 /// Grants on one outbox table (template; `{table}`, `{enqueuer}`, `{worker}`).
@@ -16,7 +18,7 @@ const INBOX_GRANTS: &str = include_str!("sql/grants_inbox.sql");
 /// right to claim, complete, fail, retry and purge them.
 ///
 /// Table and role names must be plain lowercase identifiers (`[a-z_][a-z0-9_]*`, at most 63
-/// characters); anything else is refused rather than quoted into SQL.
+/// characters, not a reserved word); anything else is refused rather than quoted into SQL.
 pub fn grants_sql(tables: &[&str], enqueuer: &str, worker: &str) -> Result<String> {
     validate_role_name(enqueuer)?;
     validate_role_name(worker)?;
@@ -28,16 +30,22 @@ pub fn grants_sql(tables: &[&str], enqueuer: &str, worker: &str) -> Result<Strin
     }
     let mut sql = String::new();
     for table in tables {
-        crate::store::validate_table_name(table)?;
-        sql.push_str(
-            &TABLE_GRANTS
-                .replace("{table}", table)
-                .replace("{enqueuer}", enqueuer)
-                .replace("{worker}", worker),
-        );
+        // The same error as the store's, with the name escaped for the message.
+        crate::store::validate_table_name(table).map_err(|e| match e {
+            Error::InvalidTableName(_) => Error::InvalidTableName(shown(table)),
+            other => other,
+        })?;
+        sql.push_str(&fill(
+            TABLE_GRANTS,
+            &[
+                ("table", (*table).to_owned()),
+                ("enqueuer", enqueuer.to_owned()),
+                ("worker", worker.to_owned()),
+            ],
+        ));
         sql.push('\n');
     }
-    sql.push_str(&REGISTRY_GRANTS.replace("{worker}", worker));
+    sql.push_str(&fill(REGISTRY_GRANTS, &[("worker", worker.to_owned())]));
     Ok(sql)
 }
 
@@ -47,7 +55,7 @@ pub fn inbox_grants_sql(consumers: &[&str]) -> Result<String> {
     let mut sql = String::new();
     for consumer in consumers {
         validate_role_name(consumer)?;
-        sql.push_str(&INBOX_GRANTS.replace("{consumer}", consumer));
+        sql.push_str(&fill(INBOX_GRANTS, &[("consumer", (*consumer).to_owned())]));
         sql.push('\n');
     }
     Ok(sql)
@@ -66,21 +74,26 @@ const SPECIAL_ROLE_NAMES: [&str; 6] = [
     "user",
 ];
 
-/// Role names follow the table name rule: spliced into SQL, so only plain identifiers; and
-/// never one of [`SPECIAL_ROLE_NAMES`] nor a `pg_` name (PostgreSQL reserves those for its
+/// Role names follow the table name rule: spliced into SQL, so only plain identifiers that are
+/// not reserved words (`current_user` unquoted would grant to whoever applies the SQL). A name
+/// outside the rule is refused, not quoted: the same name goes on the operator's command line
+/// and into `CREATE ROLE`, where a quoted, case-sensitive name is a trap.
+/// Never one of [`SPECIAL_ROLE_NAMES`] nor a `pg_` name (PostgreSQL reserves those for its
 /// predefined roles, such as `pg_write_all_data`).
 fn validate_role_name(role: &str) -> Result<()> {
     if SPECIAL_ROLE_NAMES.contains(&role) || role.starts_with("pg_") {
         return Err(Error::Config(format!(
-            "`{role}` is not a role of its own: PostgreSQL reads `public`, `current_user`, `current_role`, `session_user`, \
+            "`{}` is not a role of its own: PostgreSQL reads `public`, `current_user`, `current_role`, `session_user`, \
              `none` and `user` specially (`public` means every role) and reserves `pg_` names for its predefined roles; \
-             create a dedicated role (`CREATE ROLE shop_app LOGIN PASSWORD ...`) and name it here"
+             create a dedicated role (`CREATE ROLE shop_app LOGIN PASSWORD ...`) and name it here",
+            shown(role)
         )));
     }
     crate::store::validate_table_name(role).map_err(|_| {
         Error::Config(format!(
-            "`{role}` is not a usable role name here: use 1 to 63 lowercase ASCII letters, digits and underscores, \
-             starting with a letter or underscore, that is not an SQL reserved word"
+            "`{}` is not a usable role name here: use 1 to 63 lowercase ASCII letters, digits and underscores, \
+             starting with a letter or underscore, and not a reserved word",
+            shown(role)
         ))
     })
 }

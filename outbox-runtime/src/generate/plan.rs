@@ -10,7 +10,7 @@ use super::error::{GenerateError, ShapeDrift};
 use super::lock::{ContractLock, LOCK_FILE, LOCK_FORMAT, LockedContract, LockedMigration};
 use super::render::{MigrationContent, migration_sql};
 use super::shape_diff::diff_shapes;
-use crate::contract::{Contract, EventRegistration};
+use crate::contract::{Contract, EventRegistration, shown};
 use crate::store::{DEFAULT_TABLE, create_table_sql};
 
 /// One compiled event version, as the generator sees it: its contract and its outbox table.
@@ -155,7 +155,7 @@ pub fn plan(events: &[CompiledEvent], folder: &FolderSnapshot) -> Result<Plan, G
             (locked.fingerprint != c.fingerprint).then(|| ShapeDrift {
                 name: c.name.clone(),
                 version: c.version,
-                type_name: c.type_name.clone(),
+                type_name: shown(&c.type_name),
                 locked_fingerprint: locked.fingerprint.clone(),
                 compiled_fingerprint: c.fingerprint.clone(),
                 changes: diff_shapes(&locked.shape, &c.shape),
@@ -254,11 +254,31 @@ fn compile(
     let mut compiled: BTreeMap<(String, u32), PlannedContract> = BTreeMap::new();
     for event in events {
         let c = &event.contract;
+        // Names are refused, not escaped: the same name is the `event_type` of stored rows, a
+        // NATS subject and a log field, where no escaping of the generator would help.
+        crate::contract::validate_event_name(c.name).map_err(|e| {
+            GenerateError::InvalidEventName {
+                type_name: shown(c.type_name),
+                version: c.version,
+                reason: e.to_string(),
+            }
+        })?;
+        if c.type_name.contains('\0') {
+            return Err(GenerateError::InvalidTypeName {
+                type_name: shown(c.type_name),
+            });
+        }
         crate::store::validate_table_name(&event.table).map_err(|e| {
             GenerateError::InvalidTable {
                 event: format!("{} v{}", c.name, c.version),
-                table: event.table.clone(),
-                reason: e.to_string(),
+                table: shown(&event.table),
+                // The store's message repeats the table unescaped.
+                reason: match e {
+                    crate::Error::InvalidTableName(_) => "use 1 to 63 lowercase ASCII letters, digits and \
+                                                          underscores, starting with a letter or underscore"
+                        .to_owned(),
+                    other => other.to_string(),
+                },
             }
         })?;
         let planned = PlannedContract {
@@ -273,8 +293,8 @@ fn compile(
             return Err(GenerateError::DuplicateContract {
                 name: planned.name,
                 version: planned.version,
-                first: first.type_name.clone(),
-                second: planned.type_name,
+                first: shown(&first.type_name),
+                second: shown(&planned.type_name),
             });
         }
         compiled.insert((planned.name.clone(), planned.version), planned);
@@ -293,6 +313,40 @@ fn read_lock(text: &str) -> Result<ContractLock, GenerateError> {
             reason: format!(
                 "it has format {}, this generator writes format {LOCK_FORMAT}; upgrade outbox-runtime",
                 lock.format
+            ),
+        });
+    }
+    // A lock edited by hand (or written before names were checked) must not smuggle a name or
+    // a table into the SQL of a warning or a new migration.
+    for c in &lock.contracts {
+        let table_ok = crate::store::validate_table_name(&c.table).is_ok();
+        let problem = match crate::contract::validate_event_name(&c.name) {
+            Err(e) => Some(e.to_string()),
+            Ok(()) if !table_ok => Some(format!(
+                "event `{}` version {} names the table \"{}\", which is not a valid outbox table name",
+                c.name,
+                c.version,
+                shown(&c.table)
+            )),
+            Ok(()) => None,
+        };
+        if let Some(reason) = problem {
+            return Err(GenerateError::LockUnreadable {
+                path: LOCK_FILE.into(),
+                reason,
+            });
+        }
+    }
+    if let Some(table) = lock
+        .tables
+        .iter()
+        .find(|t| crate::store::validate_table_name(t).is_err())
+    {
+        return Err(GenerateError::LockUnreadable {
+            path: LOCK_FILE.into(),
+            reason: format!(
+                "it lists the table \"{}\", which is not a valid outbox table name",
+                shown(table)
             ),
         });
     }

@@ -12,7 +12,7 @@
 
 use sqlx::PgPool;
 
-use crate::contract::Contract;
+use crate::contract::{Contract, shown};
 use crate::error::{Error, Result};
 
 /// Every row of the registry.
@@ -72,7 +72,12 @@ impl RegistryComparison {
                 format!(
                     "event `{}` version {} is registered in the database with fingerprint {} (type `{}`), but this \
                      binary compiles it with fingerprint {} (type `{}`)",
-                    m.name, m.version, m.registered, m.registered_type, m.compiled, m.compiled_type
+                    shown(&m.name),
+                    m.version,
+                    shown(&m.registered),
+                    shown(&m.registered_type),
+                    m.compiled,
+                    shown(&m.compiled_type)
                 )
             })
             .collect();
@@ -144,9 +149,25 @@ pub async fn registry_rows(pool: &PgPool) -> Result<Vec<RegistryRow>> {
     })
 }
 
+/// Every row the generator writes has a valid name (`plan` refuses others); a row that does not
+/// was written by hand, and its name is not repeated into a log line or a message unescaped.
+fn refuse_invalid_rows(rows: &[RegistryRow]) -> Result<()> {
+    for row in rows {
+        if let Err(e) = crate::contract::validate_event_name(&row.event_type) {
+            return Err(Error::ContractMismatch(format!(
+                "the contract registry (outbox_contracts) holds version {} of an event whose name cannot be used: {e}. \
+                 `outbox migrations generate` never writes such a row: delete it from outbox_contracts",
+                row.event_version
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Refuse to start when the database's contract registry disagrees with `compiled`.
 pub async fn verify_contracts(pool: &PgPool, compiled: &[Contract]) -> Result<RegistryComparison> {
     let rows = registry_rows(pool).await?;
+    refuse_invalid_rows(&rows)?;
     let comparison = compare_registry(compiled, &rows);
     if !comparison.mismatched.is_empty() {
         comparison.clone().into_result()?;
@@ -155,7 +176,7 @@ pub async fn verify_contracts(pool: &PgPool, compiled: &[Contract]) -> Result<Re
         let names: Vec<String> = comparison
             .unregistered
             .iter()
-            .map(|(n, v)| format!("{n} v{v}"))
+            .map(|(n, v)| format!("{} v{v}", shown(n)))
             .collect();
         tracing::info!(
             contracts = %names.join(", "),
@@ -166,7 +187,7 @@ pub async fn verify_contracts(pool: &PgPool, compiled: &[Contract]) -> Result<Re
         let names: Vec<String> = comparison
             .not_compiled
             .iter()
-            .map(|(n, v)| format!("{n} v{v}"))
+            .map(|(n, v)| format!("{} v{v}", shown(n)))
             .collect();
         tracing::warn!(
             contracts = %names.join(", "),

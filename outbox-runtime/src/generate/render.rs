@@ -12,6 +12,9 @@ use super::plan::PlannedContract;
 /// apply to a database that already holds the row; the registry's trigger
 /// (`migrations/0002_contracts.sql`) refuses an update that would change the fingerprint of a
 /// registered version, so a conflicting shape fails the migration instead of passing silently.
+///
+/// Filled in one pass ([`fill`]): a value that happens to contain `{shape}` is never filled in
+/// again (chained `str::replace` would substitute inside an earlier value's quotes).
 const REGISTER_CONTRACT: &str = "\
 INSERT INTO outbox_contracts (event_type, event_version, fingerprint, type_name, table_name, shape)
 VALUES ({name}, {version}, {fingerprint},
@@ -33,6 +36,10 @@ pub(crate) struct MigrationContent<'a> {
 }
 
 /// The SQL of one generated migration.
+///
+/// Every value taken from the events goes through exactly one of [`comment_text`] (comments),
+/// [`string_literal`] or [`dollar_quoted`] (literals). Names were validated before (`plan`), but
+/// the type name and the shape are free text, and this file is executed by `outbox migrate`.
 pub(crate) fn migration_sql(content: &MigrationContent<'_>) -> String {
     let mut sql = String::new();
     sql.push_str(
@@ -42,18 +49,28 @@ pub(crate) fn migration_sql(content: &MigrationContent<'_>) -> String {
     );
     if !content.tables.is_empty() {
         let names: Vec<&str> = content.tables.iter().map(|(t, _, _)| *t).collect();
-        let _ = writeln!(sql, "-- Creates outbox tables: {}", names.join(", "));
+        let _ = writeln!(
+            sql,
+            "-- Creates outbox tables: {}",
+            comment_text(&names.join(", "))
+        );
     }
     if !content.contracts.is_empty() {
-        let names: Vec<String> = content.contracts.iter().map(|c| c.label()).collect();
+        let names: Vec<String> = content
+            .contracts
+            .iter()
+            .map(|c| comment_text(&c.label()))
+            .collect();
         let _ = writeln!(sql, "-- Registers contracts: {}", names.join(", "));
     }
 
     for (table, ddl, events) in &content.tables {
+        let events: Vec<String> = events.iter().map(|e| comment_text(e)).collect();
         let _ = write!(
             sql,
-            "\n-- ==== Outbox table {table}, written by: {} ====\n\n{}",
-            comment_text(&events.join(", ")),
+            "\n-- ==== Outbox table {}, written by: {} ====\n\n{}",
+            comment_text(table),
+            events.join(", "),
             ddl.trim_end()
         );
         sql.push('\n');
@@ -70,46 +87,149 @@ pub(crate) fn migration_sql(content: &MigrationContent<'_>) -> String {
             "\n-- {}: {}, written to {}.\n-- Fingerprint {}.\n",
             comment_text(&contract.label()),
             comment_text(&contract.type_name),
-            contract.table,
-            contract.fingerprint
+            comment_text(&contract.table),
+            comment_text(&contract.fingerprint)
         );
-        sql.push_str(
-            &REGISTER_CONTRACT
-                .replace("{name}", &string_literal(&contract.name))
-                .replace("{version}", &contract.version.to_string())
-                .replace("{fingerprint}", &string_literal(&contract.fingerprint))
-                .replace("{type_name}", &string_literal(&contract.type_name))
-                .replace("{table}", &string_literal(&contract.table))
-                .replace("{shape}", &dollar_quoted(&contract.pretty_shape())),
-        );
+        sql.push_str(&fill(
+            REGISTER_CONTRACT,
+            &[
+                ("name", string_literal(&contract.name)),
+                ("version", contract.version.to_string()),
+                ("fingerprint", string_literal(&contract.fingerprint)),
+                ("type_name", string_literal(&contract.type_name)),
+                ("table", string_literal(&contract.table)),
+                (
+                    "shape",
+                    dollar_quoted(&shape_text(&contract.pretty_shape())),
+                ),
+            ],
+        ));
     }
     sql
 }
 
-/// A SQL string literal. Doubling quotes is enough: PostgreSQL reads backslashes literally in
-/// standard strings (`standard_conforming_strings`, on by default since 9.1).
-pub(crate) fn string_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
+/// `template` with every `{key}` replaced by its value, in one left-to-right pass: text coming
+/// from a value is never scanned for placeholders. A `{` not starting a known key stays.
+pub(crate) fn fill(template: &str, values: &[(&str, String)]) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let found = values
+            .iter()
+            .find(|(key, _)| after.starts_with(key) && after[key.len()..].starts_with('}'));
+        match found {
+            Some((key, value)) => {
+                out.push_str(value);
+                rest = &after[key.len() + 1..];
+            }
+            None => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
-/// A dollar-quoted literal whose tag does not occur in the text, so the JSON needs no escaping
-/// and stays readable.
+/// A SQL string literal that means the same text whatever `standard_conforming_strings` says,
+/// on one line. Plain text: quotes doubled (`'it''s'`). Text holding a backslash or a character
+/// [`comment_text`] escapes: an escape string (`E'...'`), as PostgreSQL's own `quote_literal`
+/// does for backslashes, with the backslash doubled and each such character written `\uXXXX`
+/// (all of them are in the Basic Multilingual Plane), so no line break or direction override
+/// reaches the file. (PostgreSQL text cannot hold NUL; `plan` refuses it before rendering.)
+pub(crate) fn string_literal(text: &str) -> String {
+    if !text.chars().any(|c| c == '\\' || is_unsafe_in_comment(c)) {
+        return format!("'{}'", text.replace('\'', "''"));
+    }
+    let mut out = String::from("E'");
+    for c in text.chars() {
+        match c {
+            '\'' => out.push_str("''"),
+            '\\' => out.push_str("\\\\"),
+            c if is_unsafe_in_comment(c) => {
+                let _ = write!(out, "\\u{:04X}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// A payload shape as the JSON text of a literal: serde_json escapes control characters in
+/// strings but leaves the Unicode line separators and direction overrides raw; they are
+/// written as JSON `\uXXXX` escapes too (valid anywhere they occur, which is inside strings:
+/// JSON's own syntax is ASCII), so the file shows no hidden line break. Same JSON value.
+fn shape_text(pretty_json: &str) -> String {
+    let mut out = String::with_capacity(pretty_json.len());
+    for c in pretty_json.chars() {
+        if is_unsafe_in_comment(c) && !c.is_ascii() {
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A dollar-quoted literal whose tag cannot be closed early by the text, so the JSON needs no
+/// escaping and stays readable. PostgreSQL ends the literal at the first occurrence of the tag,
+/// so the tag must not occur in the text nor straddle its end (text ending in `$shape`).
 fn dollar_quoted(text: &str) -> String {
     let mut tag = String::from("$shape$");
     let mut n = 0;
-    while text.contains(&tag) {
+    while format!("{text}{tag}").find(&tag) != Some(text.len()) {
         n += 1;
         tag = format!("$shape{n}$");
     }
     format!("{tag}{text}{tag}")
 }
 
-/// Text that goes into a `--` comment: a line break would end the comment and turn the rest
-/// into SQL, so control characters become spaces.
-fn comment_text(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
+/// The longest text one comment repeats from an event; the full value is in the SQL below it
+/// and in the lock.
+const COMMENT_TEXT_MAX_CHARS: usize = 200;
+
+/// Text that goes into a `--` comment, on one line that reads as what it is:
+/// - a line break would end the comment and turn the rest into SQL, so control characters
+///   (`\n`, `\r`, NUL, U+0085, ...), the Unicode line and paragraph separators, and the
+///   invisible formatting characters (bidirectional overrides, zero-width ones) that would make
+///   a reviewer read something else, are written as `\u{..}` escapes;
+/// - `*/` (harmless in a line comment, but it would close a block comment if one ever wrapped
+///   the text) is written `*\/`;
+/// - the text is cut after 200 characters.
+pub(crate) fn comment_text(text: &str) -> String {
+    let mut out = String::new();
+    let mut previous = None;
+    for (count, c) in text.chars().enumerate() {
+        if count == COMMENT_TEXT_MAX_CHARS {
+            out.push_str("...");
+            break;
+        }
+        if is_unsafe_in_comment(c) {
+            out.extend(c.escape_unicode());
+        } else if c == '/' && previous == Some('*') {
+            out.push_str("\\/");
+        } else {
+            out.push(c);
+        }
+        previous = Some(c);
+    }
+    out
+}
+
+fn is_unsafe_in_comment(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}'           // line and paragraph separators
+                | '\u{200B}'..='\u{200F}'    // zero-width characters, direction marks
+                | '\u{202A}'..='\u{202E}'    // bidirectional embeddings and overrides
+                | '\u{2060}'..='\u{2069}'    // word joiner, bidirectional isolates
+                | '\u{FEFF}'                  // zero-width no-break space
+        )
 }
 
 #[cfg(test)]
@@ -120,6 +240,63 @@ mod tests {
     fn literals_cannot_escape_their_quotes() {
         assert_eq!(string_literal("it's"), "'it''s'");
         assert_eq!(dollar_quoted("a $shape$ b"), "$shape1$a $shape$ b$shape1$");
-        assert_eq!(comment_text("a\nDROP TABLE x;"), "a DROP TABLE x;");
+        assert_eq!(comment_text("a\nDROP TABLE x;"), "a\\u{a}DROP TABLE x;");
+    }
+
+    #[test]
+    fn string_literals_do_not_depend_on_standard_conforming_strings() {
+        assert_eq!(string_literal("a\\'b"), "E'a\\\\''b'");
+        assert_eq!(string_literal("plain"), "'plain'");
+        assert_eq!(string_literal("a\n'b\u{2028}"), "E'a\\u000A''b\\u2028'");
+    }
+
+    #[test]
+    fn shapes_show_no_hidden_line_break() {
+        let shape = serde_json::json!({"a\u{2028}\n\u{202E}": 1});
+        let text = shape_text(&serde_json::to_string(&shape).unwrap());
+        assert_eq!(text, r#"{"a\u2028\n\u202e":1}"#);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+            shape
+        );
+    }
+
+    #[test]
+    fn a_dollar_tag_cannot_straddle_the_end_of_the_text() {
+        // `$shape$` is not in the text, but the text's last `$shape` plus the tag's `$` is.
+        assert_eq!(dollar_quoted("x$shape"), "$shape1$x$shape$shape1$");
+        assert_eq!(dollar_quoted("x$shape1"), "$shape$x$shape1$shape$");
+    }
+
+    #[test]
+    fn comments_stay_on_one_line_and_close_no_block() {
+        for hostile in [
+            "a\nb",
+            "a\rb",
+            "a\0b",
+            "a\u{85}b",
+            "a\u{2028}b",
+            "a\u{2029}b",
+            "a\u{202E}b",
+            "a\u{b}b",
+        ] {
+            let text = comment_text(hostile);
+            assert!(
+                text.starts_with("a\\u{") && text.ends_with("}b"),
+                "{hostile:?} -> {text}"
+            );
+        }
+        assert_eq!(comment_text("a*/b */"), "a*\\/b *\\/");
+        let long = comment_text(&"x".repeat(10_000));
+        assert_eq!(long.len(), COMMENT_TEXT_MAX_CHARS + 3);
+    }
+
+    #[test]
+    fn a_placeholder_inside_a_value_is_not_filled_in_again() {
+        let filled = fill(
+            "({a}, {b}) {c",
+            &[("a", "{b}".to_owned()), ("b", "'x'".to_owned())],
+        );
+        assert_eq!(filled, "({b}, 'x') {c");
     }
 }

@@ -268,6 +268,11 @@ async fn write_event<E: Event>(
     options: &EnqueueOptions,
 ) -> Result<Uuid> {
     let statements = sql::statements(E::TABLE)?;
+    // Checked at compile time by `#[derive(Event)]`; this catches an `Event` written by hand.
+    crate::contract::validate_event_name(E::NAME)?;
+    if let Some(aggregate_type) = E::AGGREGATE_TYPE {
+        crate::contract::validate_aggregate_type(aggregate_type)?;
+    }
     let payload = serde_json::to_string(event).map_err(|source| Error::Serialize {
         event_type: E::NAME.to_owned(),
         source,
