@@ -108,7 +108,7 @@ async fn a_lost_response_is_retried_with_the_same_key_and_applied_once() {
     let err = first.unwrap_err();
     assert_eq!(err.kind, FailureKind::Retry { after: None });
     assert!(
-        err.message.contains("no response from") && err.message.contains("same Idempotency-Key"),
+        err.stored_reason().contains("no response from") && err.stored_reason().contains("same Idempotency-Key"),
         "{err}"
     );
     assert_eq!(settled, Settled::Rescheduled);
@@ -170,8 +170,8 @@ async fn a_500_then_200_ends_delivered_after_two_attempts() {
     let err = first.unwrap_err();
     assert!(!err.is_permanent());
     assert!(
-        err.message.contains("HTTP 500 Internal Server Error")
-            && err.message.contains("database unavailable"),
+        err.stored_reason().contains("HTTP 500 Internal Server Error")
+            && err.stored_reason().contains("database unavailable"),
         "{err}"
     );
     assert_eq!(settled, Settled::Rescheduled);
@@ -244,11 +244,11 @@ async fn an_unreachable_receiver_retries_and_never_loses_the_event() {
         let err = outcome.unwrap_err();
         assert!(!err.is_permanent());
         assert!(
-            err.message.contains("cannot connect to http://127.0.0.1:"),
+            err.stored_reason().contains("cannot connect to http://127.0.0.1:"),
             "{err}"
         );
         assert!(
-            !err.message.contains("secret") && !err.message.contains("token"),
+            !err.stored_reason().contains("secret") && !err.stored_reason().contains("token"),
             "{err}"
         );
         assert_eq!(settled, Settled::Rescheduled);
@@ -333,7 +333,7 @@ async fn statuses_outside_the_delivered_set_are_failures() {
 
     let (outcome, settled) = attempt(&store, &sink).await;
 
-    assert!(outcome.unwrap_err().message.contains("HTTP 409 Conflict"));
+    assert!(outcome.unwrap_err().stored_reason().contains("HTTP 409 Conflict"));
     assert_eq!(settled, Settled::Exhausted);
     assert_eq!(receiver.seen()[0].answered, 409);
     assert_eq!(receiver.effects(event_id).await, 0);
@@ -423,7 +423,7 @@ async fn a_connection_dropped_after_the_effect_is_retried_and_applied_once() {
     let err = first.unwrap_err();
     assert!(!err.is_permanent(), "{err}");
     assert!(
-        err.message
+        err.stored_reason()
             .contains("the receiver may have applied the event"),
         "{err}"
     );
@@ -469,7 +469,7 @@ async fn a_lost_lease_abandons_the_request() {
         outcome
             .as_ref()
             .unwrap_err()
-            .message
+            .stored_reason()
             .contains("the lease was lost"),
         "{outcome:?}"
     );
@@ -500,7 +500,7 @@ async fn a_lost_lease_abandons_the_request() {
         outcome
             .as_ref()
             .unwrap_err()
-            .message
+            .stored_reason()
             .contains("the lease was lost"),
         "{outcome:?}"
     );
@@ -592,6 +592,28 @@ async fn receiver_pages_repeating_the_url_leak_no_credentials() {
             .any(|l| l.contains("DEBUG") && l.contains(&marker)),
         "the receiver's body is logged at DEBUG"
     );
+    // One record per timestamped line (a body's line breaks continue its record): no record
+    // above DEBUG repeats the body, not even the worker's "delivery failed" line.
+    let mut records: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let starts_record = line.len() > 4 && line[..4].chars().all(|c| c.is_ascii_digit());
+        match records.last_mut() {
+            Some(record) if !starts_record => {
+                record.push('\n');
+                record.push_str(line);
+            }
+            _ => records.push(line.to_owned()),
+        }
+    }
+    let loud: Vec<&String> = records
+        .iter()
+        .filter(|r| r.contains(&marker))
+        .filter(|r| [" INFO ", " WARN ", " ERROR "].iter().any(|level| r.contains(level)))
+        .collect();
+    assert!(
+        loud.is_empty(),
+        "the receiver's body reached a log record above DEBUG: {loud:?}"
+    );
 }
 
 /// The body is cut to `max_reason_bytes` after redaction: a secret across the cut is replaced
@@ -621,7 +643,7 @@ async fn a_secret_across_the_reason_limit_is_not_kept_in_part() {
 
     let (outcome, settled) = attempt(&store, &sink).await;
     assert_eq!(settled, Settled::Exhausted);
-    let reason = outcome.unwrap_err().message;
+    let reason = outcome.unwrap_err().stored_reason();
     assert!(reason.ends_with(" [truncated]"), "{reason}");
     assert!(
         !reason.contains(&secrets.password[..4]),

@@ -50,8 +50,8 @@ async fn only_the_items_the_receiver_accepted_are_delivered() {
                 let err = result.as_ref().unwrap_err();
                 assert!(err.is_permanent());
                 assert!(
-                    err.message.contains("HTTP 422")
-                        && err.message.contains("total_cents must be positive"),
+                    err.stored_reason().contains("HTTP 422")
+                        && err.stored_reason().contains("total_cents must be positive"),
                     "{err}"
                 );
                 Settled::Exhausted
@@ -69,7 +69,7 @@ async fn only_the_items_the_receiver_accepted_are_delivered() {
             id if id == omit => {
                 let err = result.as_ref().unwrap_err();
                 assert!(
-                    !err.is_permanent() && err.message.contains("has no result for this event"),
+                    !err.is_permanent() && err.stored_reason().contains("has no result for this event"),
                     "{err}"
                 );
                 Settled::Rescheduled
@@ -172,7 +172,7 @@ async fn batches_are_split_at_max_batch_and_a_failed_request_fails_every_item() 
         }
     );
     assert!(
-        err.message.contains("HTTP 503 Service Unavailable") && err.message.contains("maintenance"),
+        err.stored_reason().contains("HTTP 503 Service Unavailable") && err.stored_reason().contains("maintenance"),
         "{err}"
     );
     let sizes: Vec<usize> = receiver.seen().iter().map(|s| s.batch.len()).collect();

@@ -128,8 +128,12 @@ pub enum FailureKind {
 pub struct HandlerError {
     /// Retry or permanent.
     pub kind: FailureKind,
-    /// The reason, stored in `last_error`.
+    /// The reason, stored in `last_error` and logged with the failure.
     pub message: String,
+    /// Text that came from outside, such as the start of a receiver's response body: stored in
+    /// `last_error` after the message, but logged only at DEBUG, since a receiver decides what
+    /// it holds (publishers redact their own secrets from it first).
+    pub detail: Option<String>,
 }
 
 impl HandlerError {
@@ -138,6 +142,7 @@ impl HandlerError {
         HandlerError {
             kind: FailureKind::Retry { after: None },
             message: reason.to_string(),
+            detail: None,
         }
     }
 
@@ -146,6 +151,7 @@ impl HandlerError {
         HandlerError {
             kind: FailureKind::Retry { after: Some(after) },
             message: reason.to_string(),
+            detail: None,
         }
     }
 
@@ -154,6 +160,21 @@ impl HandlerError {
         HandlerError {
             kind: FailureKind::Permanent,
             message: reason.to_string(),
+            detail: None,
+        }
+    }
+
+    /// The same failure with `detail` attached (see [`HandlerError::detail`]).
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// What `last_error` records: the message, then the detail when there is one.
+    pub fn stored_reason(&self) -> String {
+        match &self.detail {
+            Some(detail) => format!("{}: {detail}", self.message),
+            None => self.message.clone(),
         }
     }
 

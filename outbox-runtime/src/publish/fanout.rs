@@ -131,6 +131,7 @@ fn combine<'n>(
 ) -> Result<(), HandlerError> {
     let mut accepted = Vec::new();
     let mut failures = Vec::new();
+    let mut details = Vec::new();
     let mut permanent = false;
     let mut after: Option<Duration> = None;
     for (name, result) in results {
@@ -145,6 +146,9 @@ fn combine<'n>(
                     FailureKind::Retry { after: None } => {}
                 }
                 failures.push(format!("{name}: {}", e.message));
+                if let Some(detail) = &e.detail {
+                    details.push(format!("{name}: {detail}"));
+                }
             }
         }
     }
@@ -158,10 +162,15 @@ fn combine<'n>(
             accepted.join(", ")
         ));
     }
-    Err(match (permanent, after) {
+    let failure = match (permanent, after) {
         (true, _) => HandlerError::permanent(message),
         (false, Some(d)) => HandlerError::retry_after(message, d),
         (false, None) => HandlerError::retry(message),
+    };
+    Err(if details.is_empty() {
+        failure
+    } else {
+        failure.with_detail(details.join("; "))
     })
 }
 

@@ -360,12 +360,8 @@ impl HttpPublisher {
         let shown = StatusCode::from_u16(status)
             .map(|s| s.to_string())
             .unwrap_or_else(|_| status.to_string());
-        let reason = if body.trim().is_empty() {
-            format!("HTTP {shown} from {}", self.shown_url)
-        } else {
-            format!("HTTP {shown} from {}: {}", self.shown_url, body.trim())
-        };
-        match status {
+        let reason = format!("HTTP {shown} from {}", self.shown_url);
+        let failure = match status {
             408 | 425 | 429 | 500..=599 => match retry_after {
                 Some(after) => HandlerError::retry_after(reason, after),
                 None => HandlerError::retry(reason),
@@ -374,6 +370,11 @@ impl HttpPublisher {
                 "{reason} (redirects are not followed; configure the receiver's final URL)"
             )),
             _ => HandlerError::permanent(reason),
+        };
+        // The body is the receiver's text: kept in `last_error`, logged only at DEBUG.
+        match body.trim() {
+            "" => failure,
+            body => failure.with_detail(body),
         }
     }
 

@@ -242,9 +242,12 @@ impl Executor {
         };
         // No longer ours to renew once the outcome is being written.
         shared.inflight.remove(&claim);
+        if let Some(detail) = &error.detail {
+            tracing::debug!(%detail, "what the sink reported with the failure");
+        }
         match shared
             .store
-            .fail_if_owned(claim, &error.message, retry_after, permanent)
+            .fail_if_owned(claim, &error.stored_reason(), retry_after, permanent)
             .await
         {
             Ok(outcome) => {
