@@ -328,6 +328,7 @@ fn hostile_table_and_role_names_are_refused_with_a_message_that_shows_them_escap
             let message = err.to_string();
             assert!(
                 message.contains("is not a usable role name")
+                    || message.contains("is not a role of its own")
                     || message.contains("is not a valid outbox table name")
                     || message.contains("is a reserved word"),
                 "{hostile:?}: {message}"

@@ -108,7 +108,8 @@ async fn a_lost_response_is_retried_with_the_same_key_and_applied_once() {
     let err = first.unwrap_err();
     assert_eq!(err.kind, FailureKind::Retry { after: None });
     assert!(
-        err.stored_reason().contains("no response from") && err.stored_reason().contains("same Idempotency-Key"),
+        err.stored_reason().contains("no response from")
+            && err.stored_reason().contains("same Idempotency-Key"),
         "{err}"
     );
     assert_eq!(settled, Settled::Rescheduled);
@@ -170,7 +171,8 @@ async fn a_500_then_200_ends_delivered_after_two_attempts() {
     let err = first.unwrap_err();
     assert!(!err.is_permanent());
     assert!(
-        err.stored_reason().contains("HTTP 500 Internal Server Error")
+        err.stored_reason()
+            .contains("HTTP 500 Internal Server Error")
             && err.stored_reason().contains("database unavailable"),
         "{err}"
     );
@@ -244,7 +246,8 @@ async fn an_unreachable_receiver_retries_and_never_loses_the_event() {
         let err = outcome.unwrap_err();
         assert!(!err.is_permanent());
         assert!(
-            err.stored_reason().contains("cannot connect to http://127.0.0.1:"),
+            err.stored_reason()
+                .contains("cannot connect to http://127.0.0.1:"),
             "{err}"
         );
         assert!(
@@ -333,7 +336,12 @@ async fn statuses_outside_the_delivered_set_are_failures() {
 
     let (outcome, settled) = attempt(&store, &sink).await;
 
-    assert!(outcome.unwrap_err().stored_reason().contains("HTTP 409 Conflict"));
+    assert!(
+        outcome
+            .unwrap_err()
+            .stored_reason()
+            .contains("HTTP 409 Conflict")
+    );
     assert_eq!(settled, Settled::Exhausted);
     assert_eq!(receiver.seen()[0].answered, 409);
     assert_eq!(receiver.effects(event_id).await, 0);
@@ -608,7 +616,11 @@ async fn receiver_pages_repeating_the_url_leak_no_credentials() {
     let loud: Vec<&String> = records
         .iter()
         .filter(|r| r.contains(&marker))
-        .filter(|r| [" INFO ", " WARN ", " ERROR "].iter().any(|level| r.contains(level)))
+        .filter(|r| {
+            [" INFO ", " WARN ", " ERROR "]
+                .iter()
+                .any(|level| r.contains(level))
+        })
         .collect();
     assert!(
         loud.is_empty(),

@@ -69,7 +69,8 @@ async fn only_the_items_the_receiver_accepted_are_delivered() {
             id if id == omit => {
                 let err = result.as_ref().unwrap_err();
                 assert!(
-                    !err.is_permanent() && err.stored_reason().contains("has no result for this event"),
+                    !err.is_permanent()
+                        && err.stored_reason().contains("has no result for this event"),
                     "{err}"
                 );
                 Settled::Rescheduled
@@ -172,7 +173,8 @@ async fn batches_are_split_at_max_batch_and_a_failed_request_fails_every_item() 
         }
     );
     assert!(
-        err.stored_reason().contains("HTTP 503 Service Unavailable") && err.stored_reason().contains("maintenance"),
+        err.stored_reason().contains("HTTP 503 Service Unavailable")
+            && err.stored_reason().contains("maintenance"),
         "{err}"
     );
     let sizes: Vec<usize> = receiver.seen().iter().map(|s| s.batch.len()).collect();

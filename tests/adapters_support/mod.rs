@@ -139,7 +139,7 @@ pub async fn settle(
                 FailureKind::Permanent => (Duration::ZERO, true),
             };
             match store
-                .fail_if_owned(event.claim(), &e.message, after, permanent)
+                .fail_if_owned(event.claim(), &e.stored_reason(), after, permanent)
                 .await
                 .unwrap()
             {

@@ -106,7 +106,12 @@ pub async fn deliver_ready(store: &Store, sink: &dyn Sink) -> Vec<Outcome> {
                     outbox_runtime::delivery::FailureKind::Permanent => Duration::ZERO,
                 };
                 let outcome = store
-                    .fail_if_owned(event.claim(), &err.message, retry_after, err.is_permanent())
+                    .fail_if_owned(
+                        event.claim(),
+                        &err.stored_reason(),
+                        retry_after,
+                        err.is_permanent(),
+                    )
                     .await
                     .expect("fail");
                 assert_ne!(outcome, FailOutcome::Lost);

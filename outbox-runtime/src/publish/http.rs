@@ -546,6 +546,12 @@ mod tests {
         );
         assert_eq!(
             e.message,
+            "HTTP 503 Service Unavailable from http://127.0.0.1:9/hook"
+        );
+        // The receiver's body is the detail: stored after the message, logged only at DEBUG.
+        assert_eq!(e.detail.as_deref(), Some("busy"));
+        assert_eq!(
+            e.stored_reason(),
             "HTTP 503 Service Unavailable from http://127.0.0.1:9/hook: busy"
         );
         assert!(!p.failure(429, None, "").is_permanent());
