@@ -362,7 +362,7 @@ fn ordered_recheck_witnesses(claim: [Param; 3]) -> Vec<Witness> {
             .row("a", LATER)
             .params(claim.clone())
             .implied(recheck),
-        witness(statement, "o.status = 'pending' #2")
+        witness(statement, "o.status = 'pending' #3")
             .row("a", LIVE)
             .params(claim)
             .implied(recheck),
@@ -426,7 +426,7 @@ fn ordered_witnesses() -> Vec<Witness> {
             .real([Updated("a")])
             .without([Updated("a")])
             .implied(index_bound),
-        witness(ordered, "w.status = 'pending'")
+        witness(ordered, "o.status = 'pending'")
             .row("a", LIVE)
             .row("b", "")
             .params(claim(1))
@@ -543,7 +543,7 @@ fn ordered_witnesses() -> Vec<Witness> {
             .real([Updated("a")])
             .without([Updated("a")])
             .implied(index_bound),
-        behind_backlog(witness(ordered, "o.status = 'pending'"))
+        behind_backlog(witness(ordered, "o.status = 'pending' #2"))
             .row("a", LIVE)
             .row("b", "")
             .params(claim(1))

@@ -24,10 +24,11 @@
 -- See docs/ordering.md.
 --
 -- Two phases, so a claim costs the same behind an aggregate's long backlog as without it:
---   walked: the first 2 * $1 + 64 open rows in (available_at, id) order (<table>_open_idx), each
---     pending one checked for an earlier open event of its aggregate (one probe of
---     <table>_aggregate_idx per pending row walked). This is the whole claim in the common case
---     (many aggregates, few events each): the first $1 claimable rows are near the front.
+--   walked: the first 2 * $1 + 64 pending rows in (available_at, id) order (<table>_open_idx;
+--     rows in flight are stepped over as in the plain claim and do not count), each checked for
+--     an earlier open event of its aggregate (one probe of <table>_aggregate_idx per row). This
+--     is the whole claim in the common case (many aggregates, few events each): the first $1
+--     claimable rows are near the front.
 --   heads: only when the walk found fewer than $1, the open head (smallest open id) of every
 --     aggregate, enumerated by a loose index scan over <table>_aggregate_idx (one probe per open
 --     aggregate, however many events wait behind each head), then a walk of <table>_open_idx
@@ -49,14 +50,14 @@
 WITH RECURSIVE walked AS MATERIALIZED (
     SELECT w.id
     FROM (
-        SELECT o.id, o.available_at, o.status, o.aggregate_type, o.aggregate_id
+        SELECT o.id, o.available_at, o.aggregate_type, o.aggregate_id
         FROM /* TEMPLATE: table */outbox AS o
         WHERE o.delivered_at IS NULL AND o.exhausted_at IS NULL AND o.available_at <= now()
+          AND o.status = 'pending'
         ORDER BY o.available_at, o.id
         LIMIT 2 * $1 + 64
     ) AS w
-    WHERE w.status = 'pending'
-      AND (w.aggregate_id IS NULL OR NOT EXISTS (
+    WHERE (w.aggregate_id IS NULL OR NOT EXISTS (
             SELECT 1
             FROM /* TEMPLATE: table */outbox AS e
             WHERE e.aggregate_type = w.aggregate_type
