@@ -23,7 +23,8 @@
 -- (SQLSTATE 40P01); rows inserted by raw SQL without the lock are ordered by id only.
 -- See docs/ordering.md.
 --
--- Two phases, so a claim costs the same behind an aggregate's long backlog as without it:
+-- Two phases, so that no claim probes more than 2 * $1 + 64 blocked events however long an
+-- aggregate's backlog is (the old single walk probed every one; docs/ordering.md, costs):
 --   walked: the first 2 * $1 + 64 pending rows in (available_at, id) order (<table>_open_idx;
 --     rows in flight are stepped over as in the plain claim and do not count), each checked for
 --     an earlier open event of its aggregate (one probe of <table>_aggregate_idx per row). This
@@ -34,8 +35,8 @@
 --     aggregate, however many events wait behind each head), then a walk of <table>_open_idx
 --     that takes the heads and the events without an aggregate. That walk still reads every open
 --     row it passes, but only from the index and the heap (a hash lookup, no probe): measured
---     about 0.5 us per blocked row against about 2 us for the probe it replaces, before the
---     visibility map is set. A blocked row is never a candidate in either phase.
+--     about 0.5 us per blocked row (100,000 of them: 50 ms), against 33 us for each probe the
+--     old walk made. A blocked row is never a candidate in either phase.
 -- When the walk found $1 events they are the first $1 claimable ones in order, which is what the
 -- heads would give, so the gate `count < $1` only saves work. Candidates are locked by primary
 -- key, then re-checked (status, availability) against the version a concurrent claim, fail or
