@@ -454,8 +454,14 @@ async fn ordered_claim_behind_a_long_backlog_finds_heads_and_never_a_blocked_eve
          or after {CHAIN} events of L"
     );
     assert_eq!(blocked_among(ids).await, Vec::<String>::new());
-    let b1 = first.iter().find(|e| e.aggregate_id.as_deref() == Some("B")).unwrap();
-    assert_eq!(store.complete_if_owned(b1.claim()).await.unwrap(), Ownership::Owned);
+    let b1 = first
+        .iter()
+        .find(|e| e.aggregate_id.as_deref() == Some("B"))
+        .unwrap();
+    assert_eq!(
+        store.complete_if_owned(b1.claim()).await.unwrap(),
+        Ownership::Owned
+    );
     let second = store.claim_batch("w", 10, LONG_LEASE, true).await.unwrap();
     assert_eq!(
         keys_of(second.iter().map(|e| e.id).collect()).await,
@@ -469,11 +475,18 @@ async fn ordered_claim_behind_a_long_backlog_finds_heads_and_never_a_blocked_eve
         .find(|e| e.aggregate_id.as_deref() == Some("L"))
         .unwrap();
     for i in 1..CHAIN {
-        assert_eq!(store.complete_if_owned(held.claim()).await.unwrap(), Ownership::Owned);
+        assert_eq!(
+            store.complete_if_owned(held.claim()).await.unwrap(),
+            Ownership::Owned
+        );
         let next = store.claim_batch("w", 10, LONG_LEASE, true).await.unwrap();
         let ids: Vec<i64> = next.iter().map(|e| e.id).collect();
         assert_eq!(blocked_among(ids.clone()).await, Vec::<String>::new());
-        assert_eq!(keys_of(ids).await, [format!("l{i}")], "claim {i} of the chain");
+        assert_eq!(
+            keys_of(ids).await,
+            [format!("l{i}")],
+            "claim {i} of the chain"
+        );
         held = next.into_iter().next().unwrap();
     }
 }

@@ -196,34 +196,32 @@ fn witnesses() -> Vec<Witness> {
     let claim = || [Int(10), Int(ONE_MINUTE_US), Text("worker-w")];
     // The ordered claim's copies of these filters are witnessed in ordered_witnesses().
     all.extend(ordered_recheck_witnesses(claim()));
-    for (statement, prefix) in [("claim_batch", "")] {
-        let p = |pred: &str| -> &'static str { format!("{prefix}{pred}").leak() };
-        all.extend([
-            witness(statement, "o.id = ANY (ARRAY(SELECT id FROM candidates))")
-                .row("a", LATER)
-                .params(claim())
-                .without([Updated("a")]),
-            witness(statement, p("delivered_at IS NULL"))
-                .row("a", "delivered_at = now()")
-                .forbidden_by_schema()
-                .params(claim())
-                .without([Updated("a")]),
-            witness(statement, p("exhausted_at IS NULL"))
-                .row("a", "exhausted_at = now()")
-                .forbidden_by_schema()
-                .params(claim())
-                .without([Updated("a")]),
-            witness(statement, p("available_at <= now()"))
-                .row("a", LATER)
-                .params(claim())
-                .without([Updated("a")]),
-            // A live claim is not claimed again: the double-delivery guard.
-            witness(statement, p("status = 'pending'"))
-                .row("a", LIVE)
-                .params(claim())
-                .without([Updated("a")]),
-        ]);
-    }
+    let statement = "claim_batch";
+    all.extend([
+        witness(statement, "o.id = ANY (ARRAY(SELECT id FROM candidates))")
+            .row("a", LATER)
+            .params(claim())
+            .without([Updated("a")]),
+        witness(statement, "delivered_at IS NULL")
+            .row("a", "delivered_at = now()")
+            .forbidden_by_schema()
+            .params(claim())
+            .without([Updated("a")]),
+        witness(statement, "exhausted_at IS NULL")
+            .row("a", "exhausted_at = now()")
+            .forbidden_by_schema()
+            .params(claim())
+            .without([Updated("a")]),
+        witness(statement, "available_at <= now()")
+            .row("a", LATER)
+            .params(claim())
+            .without([Updated("a")]),
+        // A live claim is not claimed again: the double-delivery guard.
+        witness(statement, "status = 'pending'")
+            .row("a", LIVE)
+            .params(claim())
+            .without([Updated("a")]),
+    ]);
 
     all.extend(ordered_witnesses());
 
