@@ -379,10 +379,11 @@ async fn the_lease_is_computed_by_the_database_clock() {
     assert_eq!(count_status(db.pool(), "processing").await, 4);
 }
 
-/// Behind one aggregate's backlog longer than the ordered claim's first walk (2 * limit + 64
-/// open rows), the claim still finds the other aggregates' heads and the events without an
-/// aggregate queued after it, and the chain's head; it never returns an event while an earlier
-/// event of its aggregate is open, draining the chain one event at a time in id order.
+/// Behind one aggregate's backlog far longer than a claim's limit (and than any bounded first
+/// walk a cheaper claim might make, see docs/ordering.md), the ordered claim still finds the
+/// other aggregates' heads and the events without an aggregate queued after it, and the chain's
+/// head; it never returns an event while an earlier event of its aggregate is open, and drains
+/// the chain one event at a time in id order.
 #[tokio::test]
 async fn ordered_claim_behind_a_long_backlog_finds_heads_and_never_a_blocked_event() {
     const CHAIN: usize = 200;

@@ -194,36 +194,78 @@ fn witnesses() -> Vec<Witness> {
     ));
 
     let claim = || [Int(10), Int(ONE_MINUTE_US), Text("worker-w")];
-    // The ordered claim's copies of these filters are witnessed in ordered_witnesses().
-    all.extend(ordered_recheck_witnesses(claim()));
-    let statement = "claim_batch";
-    all.extend([
-        witness(statement, "o.id = ANY (ARRAY(SELECT id FROM candidates))")
-            .row("a", LATER)
-            .params(claim())
-            .without([Updated("a")]),
-        witness(statement, "delivered_at IS NULL")
-            .row("a", "delivered_at = now()")
-            .forbidden_by_schema()
-            .params(claim())
-            .without([Updated("a")]),
-        witness(statement, "exhausted_at IS NULL")
-            .row("a", "exhausted_at = now()")
-            .forbidden_by_schema()
-            .params(claim())
-            .without([Updated("a")]),
-        witness(statement, "available_at <= now()")
-            .row("a", LATER)
-            .params(claim())
-            .without([Updated("a")]),
-        // A live claim is not claimed again: the double-delivery guard.
-        witness(statement, "status = 'pending'")
-            .row("a", LIVE)
-            .params(claim())
-            .without([Updated("a")]),
-    ]);
+    for (statement, prefix) in [("claim_batch", ""), ("claim_batch_ordered", "o.")] {
+        let p = |pred: &str| -> &'static str { format!("{prefix}{pred}").leak() };
+        all.extend([
+            witness(statement, "o.id = ANY (ARRAY(SELECT id FROM candidates))")
+                .row("a", LATER)
+                .params(claim())
+                .without([Updated("a")]),
+            witness(statement, p("delivered_at IS NULL"))
+                .row("a", "delivered_at = now()")
+                .forbidden_by_schema()
+                .params(claim())
+                .without([Updated("a")]),
+            witness(statement, p("exhausted_at IS NULL"))
+                .row("a", "exhausted_at = now()")
+                .forbidden_by_schema()
+                .params(claim())
+                .without([Updated("a")]),
+            witness(statement, p("available_at <= now()"))
+                .row("a", LATER)
+                .params(claim())
+                .without([Updated("a")]),
+            // A live claim is not claimed again: the double-delivery guard.
+            witness(statement, p("status = 'pending'"))
+                .row("a", LIVE)
+                .params(claim())
+                .without([Updated("a")]),
+        ]);
+    }
 
-    all.extend(ordered_witnesses());
+    // The ordered claim's aggregate rule. `b` waits while an earlier event of its aggregate is
+    // open; the NOT EXISTS predicates narrow what blocks `b`, so without one of them `b` (or
+    // `a` itself) is blocked where it should not be.
+    let ordered = "claim_batch_ordered";
+    const ORDER_A: &str = "aggregate_type = 'order', aggregate_id = 'A'";
+    all.extend([
+        witness(
+            ordered,
+            "(o.aggregate_id IS NULL OR NOT EXISTS ( SELECT 1 FROM outbox AS e WHERE \
+             e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id AND e.id < \
+             o.id AND e.delivered_at IS NULL AND e.exhausted_at IS NULL))",
+        )
+        .row("a", "aggregate_type = 'order', aggregate_id = 'A', status = 'processing', claim_version = 1, lease_until = now() + interval '1 hour'")
+        .row("b", ORDER_A)
+        .params(claim())
+        .without([Updated("b")]),
+        witness(ordered, "e.aggregate_type = o.aggregate_type")
+            .row("a", "aggregate_type = 'invoice', aggregate_id = 'A', status = 'processing', claim_version = 1, lease_until = now() + interval '1 hour'")
+            .row("b", ORDER_A)
+            .params(claim())
+            .real([Updated("b")]),
+        witness(ordered, "e.aggregate_id = o.aggregate_id")
+            .row("a", "aggregate_type = 'order', aggregate_id = 'Z', status = 'processing', claim_version = 1, lease_until = now() + interval '1 hour'")
+            .row("b", ORDER_A)
+            .params(claim())
+            .real([Updated("b")]),
+        // Without `e.id < o.id` an open event blocks itself.
+        witness(ordered, "e.id < o.id")
+            .row("a", ORDER_A)
+            .params(claim())
+            .real([Updated("a")]),
+        witness(ordered, "e.delivered_at IS NULL")
+            .row("a", "aggregate_type = 'order', aggregate_id = 'A', status = 'delivered', delivered_at = now()")
+            .row("b", ORDER_A)
+            .params(claim())
+            .real([Updated("b")]),
+        // An exhausted event does not hold its aggregate back (see claim_batch_ordered.sql).
+        witness(ordered, "e.exhausted_at IS NULL")
+            .row("a", "aggregate_type = 'order', aggregate_id = 'A', status = 'exhausted', exhausted_at = now(), attempts = 3")
+            .row("b", ORDER_A)
+            .params(claim())
+            .real([Updated("b")]),
+    ]);
 
     // limit, backoff base, backoff cap, jitter.
     let recover = || [Int(10), Int(ONE_MINUTE_US), Int(ONE_HOUR_US), Bool(false)];
@@ -336,234 +378,6 @@ fn guarded_statements() -> BTreeMap<&'static str, (String, Vec<Predicate>)> {
         out.insert(*name, (text, found));
     }
     out
-}
-
-/// The ordered claim's lock step re-reads what the walks already filtered on, against the row
-/// version a concurrent transaction committed after the snapshot (the lock re-evaluates them on
-/// it). In one transaction no row state reaches it that the walks let through.
-fn ordered_recheck_witnesses(claim: [Param; 3]) -> Vec<Witness> {
-    let statement = "claim_batch_ordered";
-    let recheck = "the lock's re-check of the walks' filters, for a row changed by a concurrent \
-                   transaction after the snapshot (tests/store_claim.rs races claims)";
-    vec![
-        witness(statement, "o.delivered_at IS NULL #3")
-            .row("a", "delivered_at = now()")
-            .forbidden_by_schema()
-            .params(claim.clone())
-            .implied(recheck),
-        witness(statement, "o.exhausted_at IS NULL #3")
-            .row("a", "exhausted_at = now()")
-            .forbidden_by_schema()
-            .params(claim.clone())
-            .implied(recheck),
-        witness(statement, "o.available_at <= now() #3")
-            .row("a", LATER)
-            .params(claim.clone())
-            .implied(recheck),
-        witness(statement, "o.status = 'pending' #3")
-            .row("a", LIVE)
-            .params(claim)
-            .implied(recheck),
-    ]
-}
-
-/// Aggregate `A0`'s head in flight and more blocked events behind it than the ordered claim's
-/// first walk reads at limit 1 (2 * 1 + 64 rows): rows added after these are only found by the
-/// heads phase.
-fn behind_backlog(mut w: Witness) -> Witness {
-    w = w.row(
-        "z",
-        "aggregate_type = 'order', aggregate_id = 'A0', status = 'processing', claim_version = 1, lease_until = now() + interval '1 hour'",
-    );
-    for i in 0..70 {
-        let label: &'static str = format!("z{i}").leak();
-        w = w.row(label, "aggregate_type = 'order', aggregate_id = 'A0'");
-    }
-    w
-}
-
-/// The ordered claim's aggregate rule, in both phases (see claim_batch_ordered.sql).
-fn ordered_witnesses() -> Vec<Witness> {
-    let ordered = "claim_batch_ordered";
-    let claim = |limit: i64| [Int(limit), Int(ONE_MINUTE_US), Text("worker-w")];
-    const ORDER_A: &str = "aggregate_type = 'order', aggregate_id = 'A'";
-    const ORDER_A_LIVE: &str = "aggregate_type = 'order', aggregate_id = 'A', status = 'processing', claim_version = 1, lease_until = now() + interval '1 hour'";
-    const A1: &str = "aggregate_type = 'order', aggregate_id = 'A1'";
-    // Sorts before A0 (digits before letters), so the loose scan's first step finds it.
-    const ZERO: &str = "aggregate_type = 'order', aggregate_id = '00'";
-    let index_bound = "an index bound: a row not yet available sorts after every available one, \
-                       so it can only follow every claimable row, and the lock re-checks it";
-    vec![
-        witness(ordered, "o.id = ANY (ARRAY(SELECT id FROM candidates))")
-            .row("a", LATER)
-            .params(claim(10))
-            .without([Updated("a")]),
-        witness(ordered, "o.id = ANY (ARRAY(SELECT id FROM found))")
-            .row("a", ORDER_A_LIVE)
-            .row("b", ORDER_A)
-            .params(claim(10))
-            .without([Updated("b")]),
-        // First walk. With limit 1 a row it lets through wrongly takes the one place, the gate
-        // stays shut, and the lock's re-check drops it: nothing is claimed instead of `b`.
-        witness(ordered, "o.delivered_at IS NULL")
-            .row("a", "delivered_at = now()")
-            .forbidden_by_schema()
-            .row("b", "")
-            .params(claim(1))
-            .real([Updated("b")]),
-        witness(ordered, "o.exhausted_at IS NULL")
-            .row("a", "exhausted_at = now()")
-            .forbidden_by_schema()
-            .row("b", "")
-            .params(claim(1))
-            .real([Updated("b")]),
-        witness(ordered, "o.available_at <= now()")
-            .row("a", "")
-            .row("b", LATER)
-            .params(claim(10))
-            .real([Updated("a")])
-            .without([Updated("a")])
-            .implied(index_bound),
-        witness(ordered, "o.status = 'pending'")
-            .row("a", LIVE)
-            .row("b", "")
-            .params(claim(1))
-            .real([Updated("b")]),
-        witness(
-            ordered,
-            "(w.aggregate_id IS NULL OR NOT EXISTS ( SELECT 1 FROM outbox AS e WHERE \
-             e.aggregate_type = w.aggregate_type AND e.aggregate_id = w.aggregate_id AND e.id < \
-             w.id AND e.delivered_at IS NULL AND e.exhausted_at IS NULL))",
-        )
-        .row("a", ORDER_A_LIVE)
-        .row("b", ORDER_A)
-        .params(claim(10))
-        .without([Updated("b")]),
-        // The NOT EXISTS predicates narrow what blocks `b`: without one, `b` is blocked in the
-        // first walk, which then takes `c` (no aggregate) for the one place instead.
-        witness(ordered, "e.aggregate_type = w.aggregate_type")
-            .row("a", "aggregate_type = 'invoice', aggregate_id = 'A', status = 'processing', claim_version = 1, lease_until = now() + interval '1 hour'")
-            .row("b", ORDER_A)
-            .row("c", "")
-            .params(claim(1))
-            .real([Updated("b")])
-            .without([Updated("c")]),
-        witness(ordered, "e.aggregate_id = w.aggregate_id")
-            .row("a", "aggregate_type = 'order', aggregate_id = 'Z', status = 'processing', claim_version = 1, lease_until = now() + interval '1 hour'")
-            .row("b", ORDER_A)
-            .row("c", "")
-            .params(claim(1))
-            .real([Updated("b")])
-            .without([Updated("c")]),
-        // Without `e.id < w.id` an open event blocks itself.
-        witness(ordered, "e.id < w.id")
-            .row("a", ORDER_A)
-            .row("c", "")
-            .params(claim(1))
-            .real([Updated("a")])
-            .without([Updated("c")]),
-        witness(ordered, "e.delivered_at IS NULL")
-            .row("a", "aggregate_type = 'order', aggregate_id = 'A', status = 'delivered', delivered_at = now()")
-            .row("b", ORDER_A)
-            .row("c", "")
-            .params(claim(1))
-            .real([Updated("b")])
-            .without([Updated("c")]),
-        // An exhausted event does not hold its aggregate back (see claim_batch_ordered.sql).
-        witness(ordered, "e.exhausted_at IS NULL")
-            .row("a", "aggregate_type = 'order', aggregate_id = 'A', status = 'exhausted', exhausted_at = now(), attempts = 3")
-            .row("b", ORDER_A)
-            .row("c", "")
-            .params(claim(1))
-            .real([Updated("b")])
-            .without([Updated("c")]),
-        // The loose scan over heads, reached behind a backlog the first walk does not get past:
-        // without a predicate a finished event passes for its aggregate's head and hides `y`.
-        behind_backlog(witness(ordered, "e.delivered_at IS NULL #2"))
-            .row("x", "aggregate_type = 'order', aggregate_id = '00', status = 'delivered', delivered_at = now()")
-            .row("y", ZERO)
-            .params(claim(1))
-            .real([Updated("y")]),
-        behind_backlog(witness(ordered, "e.exhausted_at IS NULL #2"))
-            .row("x", "aggregate_type = 'order', aggregate_id = '00', status = 'exhausted', exhausted_at = now(), attempts = 3")
-            .row("y", ZERO)
-            .params(claim(1))
-            .real([Updated("y")]),
-        behind_backlog(witness(ordered, "e.delivered_at IS NULL #3"))
-            .row("x", "aggregate_type = 'order', aggregate_id = 'A1', status = 'delivered', delivered_at = now()")
-            .row("y", A1)
-            .params(claim(1))
-            .real([Updated("y")]),
-        behind_backlog(witness(ordered, "e.exhausted_at IS NULL #3"))
-            .row("x", "aggregate_type = 'order', aggregate_id = 'A1', status = 'exhausted', exhausted_at = now(), attempts = 3")
-            .row("y", A1)
-            .params(claim(1))
-            .real([Updated("y")]),
-        behind_backlog(witness(ordered, "e.aggregate_id IS NOT NULL"))
-            .row("n", "")
-            .params(claim(1))
-            .real([Updated("n")])
-            .without([Updated("n")])
-            .implied("the predicate of <table>_aggregate_idx, for the loose scan to use it: a row \
-                      without aggregate id is a candidate whether or not it is listed as a head"),
-        behind_backlog(witness(ordered, "e.aggregate_id IS NOT NULL #2"))
-            .row("n", "")
-            .params(claim(1))
-            .real([Updated("n")])
-            .without([Updated("n")])
-            .implied("the predicate of <table>_aggregate_idx, for the loose scan to use it: a row \
-                      without aggregate id is a candidate whether or not it is listed as a head"),
-        // Without it every step finds the first aggregate again: the scan stops at A0.
-        behind_backlog(witness(
-            ordered,
-            "(e.aggregate_type, e.aggregate_id) > (h.aggregate_type, h.aggregate_id)",
-        ))
-        .row("y", A1)
-        .params(claim(1))
-        .real([Updated("y")]),
-        // The second walk, behind the backlog.
-        behind_backlog(witness(ordered, "o.delivered_at IS NULL #2"))
-            .row("a", "delivered_at = now()")
-            .forbidden_by_schema()
-            .row("b", "")
-            .params(claim(1))
-            .real([Updated("b")]),
-        behind_backlog(witness(ordered, "o.exhausted_at IS NULL #2"))
-            .row("a", "exhausted_at = now()")
-            .forbidden_by_schema()
-            .row("b", "")
-            .params(claim(1))
-            .real([Updated("b")]),
-        behind_backlog(witness(ordered, "o.available_at <= now() #2"))
-            .row("a", "")
-            .row("b", LATER)
-            .params(claim(10))
-            .real([Updated("a")])
-            .without([Updated("a")])
-            .implied(index_bound),
-        behind_backlog(witness(ordered, "o.status = 'pending' #2"))
-            .row("a", LIVE)
-            .row("b", "")
-            .params(claim(1))
-            .real([Updated("b")]),
-        behind_backlog(witness(
-            ordered,
-            "(o.aggregate_id IS NULL OR o.id IN (SELECT h.id FROM heads AS h))",
-        ))
-        .params(claim(1))
-        .without([Updated("z0")]),
-        // When the first walk found `limit` events they are the first claimable ones in order,
-        // which is what the heads would give: the gate only saves the heads' cost.
-        witness(ordered, "(SELECT count(*) FROM walked) < $1")
-            .row("a", ORDER_A_LIVE)
-            .row("b", ORDER_A)
-            .row("c", "")
-            .row("d", "aggregate_type = 'order', aggregate_id = 'B'")
-            .params(claim(1))
-            .real([Updated("c")])
-            .without([Updated("c")])
-            .implied("performance only: the first walk's `limit` events are the first claimable ones"),
-    ]
 }
 
 #[test]
