@@ -378,3 +378,116 @@ async fn the_lease_is_computed_by_the_database_clock() {
     );
     assert_eq!(count_status(db.pool(), "processing").await, 4);
 }
+
+/// Behind one aggregate's backlog far longer than a claim's limit (and than any bounded first
+/// walk a cheaper claim might make, see docs/ordering.md), the ordered claim still finds the
+/// other aggregates' heads and the events without an aggregate queued after it, and the chain's
+/// head; it never returns an event while an earlier event of its aggregate is open, and drains
+/// the chain one event at a time in id order.
+#[tokio::test]
+async fn ordered_claim_behind_a_long_backlog_finds_heads_and_never_a_blocked_event() {
+    const CHAIN: usize = 200;
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    let mut tx = db.pool().begin().await.unwrap();
+    for i in 0..CHAIN {
+        OrderPlaced {
+            order_id: "L".into(),
+            total_cents: i as i64,
+        }
+        .enqueue(&mut tx, &format!("l{i}"))
+        .await
+        .unwrap();
+    }
+    for (key, order) in [("b1", "B"), ("b2", "B")] {
+        OrderPlaced {
+            order_id: order.into(),
+            total_cents: 1,
+        }
+        .enqueue(&mut tx, key)
+        .await
+        .unwrap();
+    }
+    Note {
+        text: "free".into(),
+    }
+    .enqueue(&mut tx, "n1")
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let pool = db.pool().clone();
+    let keys_of = |ids: Vec<i64>| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT operation_key FROM outbox WHERE id = ANY ($1) ORDER BY id",
+            )
+            .bind(ids)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    // Claimed events whose aggregate has an earlier open event: must stay empty.
+    let blocked_among = |ids: Vec<i64>| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT o.operation_key FROM outbox o
+                 WHERE o.id = ANY ($1) AND EXISTS (
+                     SELECT 1 FROM outbox e
+                     WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
+                       AND e.id < o.id AND e.delivered_at IS NULL AND e.exhausted_at IS NULL)",
+            )
+            .bind(ids)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+
+    let first = store.claim_batch("w", 10, LONG_LEASE, true).await.unwrap();
+    let ids: Vec<i64> = first.iter().map(|e| e.id).collect();
+    assert_eq!(
+        keys_of(ids.clone()).await,
+        ["l0", "b1", "n1"],
+        "the chain's head, the head of B and the event without aggregate, all queued behind \
+         or after {CHAIN} events of L"
+    );
+    assert_eq!(blocked_among(ids).await, Vec::<String>::new());
+    let b1 = first
+        .iter()
+        .find(|e| e.aggregate_id.as_deref() == Some("B"))
+        .unwrap();
+    assert_eq!(
+        store.complete_if_owned(b1.claim()).await.unwrap(),
+        Ownership::Owned
+    );
+    let second = store.claim_batch("w", 10, LONG_LEASE, true).await.unwrap();
+    assert_eq!(
+        keys_of(second.iter().map(|e| e.id).collect()).await,
+        ["b2"],
+        "b2 follows b1 while l0 is still processing and l1.. wait behind it"
+    );
+
+    // Drain the chain: every claim returns exactly the next event of L, and nothing blocked.
+    let mut held = first
+        .into_iter()
+        .find(|e| e.aggregate_id.as_deref() == Some("L"))
+        .unwrap();
+    for i in 1..CHAIN {
+        assert_eq!(
+            store.complete_if_owned(held.claim()).await.unwrap(),
+            Ownership::Owned
+        );
+        let next = store.claim_batch("w", 10, LONG_LEASE, true).await.unwrap();
+        let ids: Vec<i64> = next.iter().map(|e| e.id).collect();
+        assert_eq!(blocked_among(ids.clone()).await, Vec::<String>::new());
+        assert_eq!(
+            keys_of(ids).await,
+            [format!("l{i}")],
+            "claim {i} of the chain"
+        );
+        held = next.into_iter().next().unwrap();
+    }
+}
