@@ -355,4 +355,41 @@ mod tests {
             })
         );
     }
+
+    /// The rule of [`EVENT_NAME_RULE`], written independently of `name_problem`.
+    fn follows_the_rule(name: &str) -> bool {
+        (1..=MAX_EVENT_NAME_LEN).contains(&name.len())
+            && name.split('.').all(|part| {
+                part.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                    && part.chars().all(|c| {
+                        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-'
+                    })
+            })
+    }
+
+    proptest::proptest! {
+        /// Names written by the rule are accepted, as event names and as aggregate types.
+        #[test]
+        fn names_by_the_rule_are_accepted(
+            name in "[a-z0-9][a-z0-9_-]{0,20}(\\.[a-z0-9][a-z0-9_-]{0,20}){0,4}",
+        ) {
+            proptest::prop_assert!(validate_event_name(&name).is_ok(), "{}", name);
+            proptest::prop_assert!(validate_aggregate_type(&name).is_ok(), "{}", name);
+        }
+
+        /// Arbitrary text (hostile characters, line breaks, unicode) is accepted exactly when
+        /// it follows the rule; a refusal names the text escaped and short, on one line.
+        #[test]
+        fn arbitrary_names_are_accepted_only_by_the_rule(
+            name in "\\PC{0,40}|[a-z0-9._\\n'\"*/$-]{0,40}|[a-z]{120,140}",
+        ) {
+            let verdict = validate_event_name(&name);
+            proptest::prop_assert_eq!(verdict.is_ok(), follows_the_rule(&name), "{:?}", name);
+            if let Err(error) = verdict {
+                let message = error.to_string();
+                proptest::prop_assert!(!message.contains(['\n', '\r', '\u{2028}', '\u{85}']), "{}", message);
+                proptest::prop_assert!(message.len() < 1_000, "{}", message);
+            }
+        }
+    }
 }

@@ -86,4 +86,37 @@ mod tests {
         assert_eq!(format_duration(Duration::from_millis(400)), "0.4s");
         assert_eq!(format_duration(Duration::from_secs(3_600)), "1h");
     }
+
+    proptest::proptest! {
+        /// Any combination of the four units, written as an operator would, parses to its sum.
+        #[test]
+        fn combined_units_parse_to_their_sum(
+            d in 0u64..10_000, h in 0u64..1_000, m in 0u64..1_000, s in 0u64..100_000,
+        ) {
+            let text = format!("{d}d{h}h{m}m{s}s");
+            let expected = d * 86_400 + h * 3_600 + m * 60 + s;
+            proptest::prop_assert_eq!(parse_duration(&text), Ok(Duration::from_secs(expected)));
+        }
+
+        /// Arbitrary input never panics, and whatever parses is digits each followed by a unit
+        /// and ends with a unit; whatever does not parse gets the usage message naming it.
+        #[test]
+        fn arbitrary_text_parses_only_when_well_formed(text in "\\PC{0,12}|[0-9dhms]{0,12}") {
+            match parse_duration(&text) {
+                Ok(_) => {
+                    proptest::prop_assert!(text.chars().all(|c| c.is_ascii_digit() || "dhms".contains(c)));
+                    proptest::prop_assert!(text.ends_with(['d', 'h', 'm', 's']));
+                    proptest::prop_assert!(!text.contains("dd") && !text.starts_with(['d', 'h', 'm', 's']));
+                }
+                Err(message) => proptest::prop_assert!(message.contains("is not a duration"), "{}", message),
+            }
+        }
+
+        /// A number too large for the unit is refused, never wrapped around.
+        #[test]
+        fn overflow_is_refused(n in (u64::MAX / 86_400 + 1)..u64::MAX) {
+            let text = format!("{n}d");
+            proptest::prop_assert!(parse_duration(&text).is_err(), "{}", text);
+        }
+    }
 }

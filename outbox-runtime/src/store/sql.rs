@@ -404,4 +404,19 @@ mod tests {
             Err(Error::Config(_))
         ));
     }
+
+    proptest::proptest! {
+        /// Arbitrary text is a table name only when it is a plain lowercase identifier of at
+        /// most 63 bytes and no reserved word: nothing else can reach the statements' text.
+        #[test]
+        fn arbitrary_text_is_a_table_name_only_when_a_plain_identifier(
+            table in "\\PC{0,20}|[a-z_][a-z0-9_]{0,70}|[a-z ;'\"-]{1,20}",
+        ) {
+            let plain = table.len() <= 63
+                && table.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+                && table.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            let accepted = validate_table_name(&table).is_ok();
+            proptest::prop_assert_eq!(accepted, plain && !RESERVED_WORDS.contains(&table.as_str()), "{:?}", table);
+        }
+    }
 }
