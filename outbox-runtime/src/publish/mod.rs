@@ -263,4 +263,36 @@ mod tests {
             ]
         );
     }
+
+    proptest::proptest! {
+        /// Whatever a producer stores as headers, what is forwarded can never set a header the
+        /// publisher owns (in any letter case), never carries a line break or control byte, and
+        /// stays within the documented name and value bounds.
+        #[test]
+        fn forwarded_headers_never_override_or_inject(
+            headers in proptest::collection::btree_map(
+                "(?i:outbox-|nats-|content-|idempotency-key|host)?[A-Za-z0-9._ :-]{0,12}|\\PC{0,8}",
+                "[ -~]{0,20}|\\PC{0,10}|[a-z]{0,3}\r\n[A-Za-z-]{1,8}: [a-z]{1,8}",
+                0..8,
+            ),
+        ) {
+            let stored = serde_json::to_value(&headers).unwrap();
+            for (name, value) in forwarded_headers(&stored) {
+                let lower = name.to_ascii_lowercase();
+                proptest::prop_assert!(
+                    !lower.starts_with("outbox-") && !lower.starts_with("nats-")
+                        && !lower.starts_with("content-") && lower != "idempotency-key" && lower != "host",
+                    "reserved header forwarded: {:?}", name
+                );
+                proptest::prop_assert!((1..=MAX_HEADER_NAME).contains(&name.len()), "{:?}", name);
+                proptest::prop_assert!(
+                    name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')),
+                    "{:?}", name
+                );
+                proptest::prop_assert!(value.len() <= MAX_HEADER_VALUE);
+                proptest::prop_assert!(value.bytes().all(|b| (0x20..0x7f).contains(&b)), "{:?}", value);
+                proptest::prop_assert_eq!(Some(&value), headers.get(&name), "forwarded unchanged");
+            }
+        }
+    }
 }
