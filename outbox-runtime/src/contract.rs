@@ -392,4 +392,41 @@ mod tests {
             }
         }
     }
+
+    proptest::proptest! {
+        /// Doc comments (descriptions, titles, examples) anywhere in a shape are not part of it,
+        /// while fields named like those keywords stay fields.
+        #[test]
+        fn annotations_never_change_a_shape(
+            fields in proptest::collection::btree_map(
+                "[a-z]{1,6}|title|description|examples",
+                proptest::sample::select(&["integer", "string", "boolean"][..]),
+                1..6,
+            ),
+            doc in "\\PC{0,30}",
+        ) {
+            let plain = |annotate: bool| {
+                let properties: serde_json::Map<String, serde_json::Value> = fields
+                    .iter()
+                    .map(|(name, ty)| {
+                        let mut field = json!({ "type": ty });
+                        if annotate {
+                            field["description"] = json!(doc);
+                            field["examples"] = json!([doc]);
+                        }
+                        (name.clone(), field)
+                    })
+                    .collect();
+                let mut shape = json!({ "type": "object", "properties": properties });
+                if annotate {
+                    shape["title"] = json!(doc);
+                    shape["$comment"] = json!(doc);
+                }
+                shape
+            };
+            let mut annotated = plain(true);
+            strip_annotations(&mut annotated, false);
+            proptest::prop_assert_eq!(annotated, plain(false));
+        }
+    }
 }

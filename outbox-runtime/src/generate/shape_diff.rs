@@ -385,4 +385,56 @@ mod tests {
             ["field `items[].qty` changed type from \"integer\" to \"number\""]
         );
     }
+
+    /// An object schema with the given fields (name -> JSON type), every field required.
+    fn object_shape(fields: &std::collections::BTreeMap<String, &str>) -> Value {
+        let properties: serde_json::Map<String, Value> = fields
+            .iter()
+            .map(|(name, ty)| (name.clone(), serde_json::json!({ "type": ty })))
+            .collect();
+        serde_json::json!({
+            "type": "object",
+            "properties": properties,
+            "required": fields.keys().collect::<Vec<_>>(),
+        })
+    }
+
+    const TYPES: [&str; 4] = ["integer", "string", "boolean", "number"];
+
+    fn fields()
+    -> impl proptest::strategy::Strategy<Value = std::collections::BTreeMap<String, &'static str>>
+    {
+        proptest::collection::btree_map("[a-z]{1,6}", proptest::sample::select(&TYPES[..]), 1..6)
+    }
+
+    proptest::proptest! {
+        /// A shape compared with itself has no change.
+        #[test]
+        fn a_shape_equals_itself(fields in fields()) {
+            let shape = object_shape(&fields);
+            proptest::prop_assert!(diff_shapes(&shape, &shape).is_empty());
+        }
+
+        /// Any field whose type changes is reported, by its name.
+        #[test]
+        fn a_changed_field_type_is_reported_by_name(fields in fields(), pick in 0usize..6, shift in 1usize..4) {
+            let name = fields.keys().nth(pick % fields.len()).unwrap().clone();
+            let old_type = fields[&name];
+            let new_type = TYPES[(TYPES.iter().position(|t| *t == old_type).unwrap() + shift) % TYPES.len()];
+            let mut changed = fields.clone();
+            changed.insert(name.clone(), new_type);
+            let changes = diff_shapes(&object_shape(&fields), &object_shape(&changed));
+            proptest::prop_assert!(changes.iter().any(|c| c.path == name), "{:?} -> {:?}: {:?}", fields, changed, changes.iter().map(ToString::to_string).collect::<Vec<_>>());
+        }
+
+        /// A field added or removed is reported, by its name, in both directions.
+        #[test]
+        fn an_added_or_removed_field_is_reported_by_name(fields in fields(), extra in "[a-z]{7,9}") {
+            let mut grown = fields.clone();
+            grown.insert(extra.clone(), "string");
+            let (old, new) = (object_shape(&fields), object_shape(&grown));
+            proptest::prop_assert!(diff_shapes(&old, &new).iter().any(|c| c.path == extra));
+            proptest::prop_assert!(diff_shapes(&new, &old).iter().any(|c| c.path == extra));
+        }
+    }
 }
