@@ -215,4 +215,61 @@ mod tests {
             "{message}"
         );
     }
+
+    /// Arbitrary JSON values, nested up to a little past the limit, with strings that hold
+    /// brackets, quotes, escapes and U+0000.
+    fn json_values() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            "[\\[\\]{}\"\\\\a-z\u{0}]{0,6}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(MAX_JSON_DEPTH as u32 + 4, 256, 3, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z\\[{\"\u{0}]{0,3}", inner, 0..3)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A chain of `depth` single-element arrays around `inner`.
+    fn wrapped(depth: usize, inner: Value) -> Value {
+        (0..depth).fold(inner, |v, _| Value::Array(vec![v]))
+    }
+
+    proptest::proptest! {
+        /// The enqueue check (on the serialized text) and the worker's decode agree on every
+        /// value: what enqueue accepts, a worker decodes to the same value; what it refuses, a
+        /// worker refuses for the same reason. One limit, both sides.
+        #[test]
+        fn enqueue_and_decode_agree_on_arbitrary_json(value in json_values(), extra in 0usize..70) {
+            let value = wrapped(extra, value);
+            let text = serde_json::to_string(&value).unwrap();
+            let by_text = check_text(&text);
+            // Both refuse or both accept (a value with two problems may be named by either).
+            proptest::prop_assert_eq!(by_text.is_ok(), check_value(&value).is_ok(), "{:?}", by_text);
+            match decode_stored(PayloadPart::Payload, &text) {
+                Ok(decoded) => {
+                    proptest::prop_assert!(by_text.is_ok());
+                    proptest::prop_assert_eq!(decoded, value);
+                }
+                Err(reason) => {
+                    proptest::prop_assert!(by_text.is_err(), "decode refused what enqueue accepts: {}", reason);
+                    proptest::prop_assert!(reason.starts_with("undecodable payload: "), "{}", reason);
+                }
+            }
+        }
+
+        /// Arbitrary text (not necessarily JSON) never panics the worker's decode; it is either
+        /// a value or a reason.
+        #[test]
+        fn arbitrary_stored_text_decodes_or_gives_a_reason(text in "\\PC{0,40}|[\\[\\]{}\"\\\\0-9,:]{0,200}") {
+            if let Err(reason) = decode_stored(PayloadPart::Headers, &text) {
+                proptest::prop_assert!(reason.starts_with("undecodable headers: "), "{}", reason);
+            }
+        }
+    }
 }
