@@ -622,4 +622,31 @@ mod tests {
         };
         assert!(HttpPublisher::new("http://127.0.0.1/x", batch0).is_err());
     }
+
+    proptest::proptest! {
+        /// Whatever a receiver puts in `Retry-After` and `Date` (seconds of any size, dates far
+        /// apart or malformed, garbage), reading it never panics and never asks for more than
+        /// the cap; plain seconds are honoured up to it.
+        #[test]
+        fn retry_after_is_bounded_for_any_answer(
+            retry in "[0-9]{1,25}|[ -~]{0,40}|(Mon|Sun), [0-9]{1,2} (Jan|Dec) [0-9]{1,6} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT",
+            date in proptest::option::of("[ -~]{0,40}|(Mon|Sun), [0-9]{1,2} (Jan|Dec) [0-9]{1,6} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT"),
+            max_secs in 0u64..100_000,
+        ) {
+            let max = Duration::from_secs(max_secs);
+            let mut headers = HeaderMap::new();
+            if let Ok(value) = HeaderValue::from_str(&retry) {
+                headers.insert(RETRY_AFTER, value);
+            }
+            if let Some(Ok(value)) = date.as_deref().map(HeaderValue::from_str) {
+                headers.insert(DATE, value);
+            }
+            let delay = retry_after(&headers, max);
+            proptest::prop_assert!(delay.is_none_or(|d| d <= max), "{:?} > {:?}", delay, max);
+            if !retry.is_empty() && retry.bytes().all(|b| b.is_ascii_digit()) {
+                let asked = retry.parse::<u64>().map_or(max, Duration::from_secs);
+                proptest::prop_assert_eq!(delay, Some(asked.min(max)));
+            }
+        }
+    }
 }
