@@ -546,9 +546,7 @@ async fn receiver_pages_repeating_the_url_leak_no_credentials() {
     let logs = captured_logs();
     let db = TestDatabase::new().await;
     let secrets = UrlSecrets::new();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], closed_port()));
     let url = secrets.url("http", &addr.to_string(), "/events");
     let marker = format!("page-{}", uuid::Uuid::new_v4().simple());
     let body = secrets.body(&url, &marker);
@@ -635,9 +633,7 @@ async fn a_secret_across_the_reason_limit_is_not_kept_in_part() {
     let db = TestDatabase::new().await;
     let store = Store::new(db.pool().clone());
     let secrets = UrlSecrets::new();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], closed_port()));
     let url = secrets.url("http", &addr.to_string(), "/events");
     // The password starts 4 bytes before the limit.
     let body = format!("{}{}", "x".repeat(60), secrets.password);

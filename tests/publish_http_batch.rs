@@ -6,7 +6,7 @@ mod adapters_support;
 use std::time::Duration;
 
 use adapters_support::{
-    LEASE, Receiver, Settled, Step, UrlSecrets, captured_logs, claim, enqueue,
+    LEASE, Receiver, Settled, Step, UrlSecrets, captured_logs, claim, closed_port, enqueue,
     exhaust_with_a_worker, row, settle, wait_until,
 };
 use outbox_runtime::delivery::FailureKind;
@@ -264,9 +264,7 @@ async fn batch_answers_repeating_the_url_leak_no_credentials() {
     let logs = captured_logs();
     let db = TestDatabase::new().await;
     let secrets = UrlSecrets::new();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], closed_port()));
     let url = secrets.url("http", &addr.to_string(), "/batch");
     let marker = format!("page-{}", uuid::Uuid::new_v4().simple());
     let body = secrets.body(&url, &marker);

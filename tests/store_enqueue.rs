@@ -11,7 +11,7 @@ use outbox_runtime::testing::TestDatabase;
 use outbox_runtime::{Error, Event};
 use sqlx::postgres::PgListener;
 use sqlx::{PgPool, Row};
-use store_support::{Note, OrderPlaced, count_rows};
+use store_support::{Note, OrderPlaced, count_rows, wait_until_blocked};
 
 async fn create_orders(pool: &PgPool) {
     sqlx::query("CREATE TABLE orders (id text PRIMARY KEY, total_cents bigint NOT NULL)")
@@ -250,7 +250,7 @@ async fn a_key_committed_concurrently_is_found_without_aborting_the_transaction(
         });
         // Make sure the racer is waiting on our row lock before we commit.
         let racer_pid = racer_pid.await.expect("the racer reports its backend");
-        wait_until_blocked_by(db.pool(), racer_pid, first_pid).await;
+        wait_until_blocked(db.pool(), racer_pid, Some(first_pid)).await;
         first_tx.commit().await.unwrap();
 
         match (racer.await.unwrap(), expect_same) {
@@ -269,28 +269,6 @@ async fn a_key_committed_concurrently_is_found_without_aborting_the_transaction(
             .await
             .unwrap();
         assert_eq!(n, 1);
-    }
-}
-
-/// Until backend `waiter` waits on a lock held by backend `holder` (PostgreSQL has no event
-/// for it, so its lock table is read until then; bounded, failing with what it waited for).
-async fn wait_until_blocked_by(pool: &PgPool, waiter: i32, holder: i32) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let blocked: bool = sqlx::query_scalar("SELECT $2 = ANY (pg_blocking_pids($1))")
-            .bind(waiter)
-            .bind(holder)
-            .fetch_one(pool)
-            .await
-            .unwrap();
-        if blocked {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the second enqueue (backend {waiter}) never waited on the first transaction's row (backend {holder})"
-        );
-        tokio::task::yield_now().await;
     }
 }
 

@@ -20,7 +20,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use store_support::{Note, OrderPlaced, count_rows};
+use store_support::{Note, OrderPlaced, count_rows, wait_until_blocked};
 
 /// Longest any single enqueue of these tests may take before it counts as hung (the old
 /// recursion never returned).
@@ -513,7 +513,7 @@ async fn a_deadlock_between_two_enqueues_says_retry_the_transaction() {
         })
     };
     let a_task = crossing(a, "right");
-    wait_until_blocked(db.pool(), a_pid).await;
+    wait_until_blocked(db.pool(), a_pid, None).await;
     let b_task = crossing(b, "left");
     let outcomes = [a_task.await.unwrap(), b_task.await.unwrap()];
 
@@ -530,27 +530,6 @@ async fn a_deadlock_between_two_enqueues_says_retry_the_transaction() {
     );
     assert!(retries[0].is_retryable());
     assert_eq!(count_rows(db.pool()).await, 2, "the winner's two events");
-}
-
-/// Until the backend `pid` waits on a lock held by another transaction (PostgreSQL has no event
-/// for it, so its lock table is read until then; bounded).
-async fn wait_until_blocked(pool: &PgPool, pid: i32) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let blocked: bool = sqlx::query_scalar("SELECT cardinality(pg_blocking_pids($1)) > 0")
-            .bind(pid)
-            .fetch_one(pool)
-            .await
-            .unwrap();
-        if blocked {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "backend {pid} never waited on the other transaction's key"
-        );
-        tokio::task::yield_now().await;
-    }
 }
 
 /// Errors about a key repeat at most its first 64 characters; a key over the documented limit

@@ -137,3 +137,30 @@ pub async fn count_rows(pool: &PgPool) -> i64 {
         .await
         .unwrap()
 }
+
+/// Until backend `waiter` waits on a lock held by another backend (`holder` when given).
+/// PostgreSQL raises no event when a session starts waiting, so the lock table is read until
+/// then; bounded, failing with what it waited for.
+pub async fn wait_until_blocked(pool: &PgPool, waiter: i32, holder: Option<i32>) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let blocked: bool = sqlx::query_scalar(
+            "SELECT CASE WHEN $2::int IS NULL THEN cardinality(pg_blocking_pids($1)) > 0
+                         ELSE $2 = ANY (pg_blocking_pids($1)) END",
+        )
+        .bind(waiter)
+        .bind(holder)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if blocked {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "backend {waiter} never waited on a lock held by {}",
+            holder.map_or("another transaction".to_owned(), |h| format!("backend {h}"))
+        );
+        tokio::task::yield_now().await;
+    }
+}
