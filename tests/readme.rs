@@ -67,13 +67,13 @@ fn quickstart_example_runs() {
     );
 }
 
-/// Every metric the worker emits is named in the README's metric list, and every counter is in
+/// Every metric the worker emits is named in the metric list of `docs/workers.md`, and every counter is in
 /// `COUNTERS` (the list registered at zero when a worker starts): a new counter that skips
 /// either fails here rather than surprising an operator whose alert has no series.
 #[test]
-fn readme_lists_every_metric_and_every_counter_is_registered_at_zero() {
+fn metric_guide_lists_every_metric_and_every_counter_is_registered_at_zero() {
     use outbox_runtime::worker::metrics;
-    let readme = include_str!("../README.md");
+    let guide = include_str!("../docs/workers.md");
     let source = include_str!("../outbox-runtime/src/worker/metrics.rs");
     let declared: Vec<&str> = source
         .split('"')
@@ -87,8 +87,8 @@ fn readme_lists_every_metric_and_every_counter_is_registered_at_zero() {
     );
     for name in declared {
         assert!(
-            readme.contains(&format!("`{name}`")),
-            "the metric `{name}` (worker/metrics.rs) is missing from the README's metric list"
+            guide.contains(&format!("`{name}`")),
+            "the metric `{name}` (worker/metrics.rs) is missing from the metric list in docs/workers.md"
         );
         if name.ends_with("_total") {
             assert!(
@@ -104,8 +104,8 @@ fn readme_lists_every_metric_and_every_counter_is_registered_at_zero() {
         metrics::OLDEST_PENDING_AGE_SECONDS,
     ] {
         assert!(
-            readme.contains(&format!("`{gauge}`")),
-            "gauge `{gauge}` missing from README"
+            guide.contains(&format!("`{gauge}`")),
+            "gauge `{gauge}` missing from the metric list in docs/workers.md"
         );
     }
 }
