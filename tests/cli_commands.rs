@@ -553,3 +553,50 @@ async fn status_validates_the_table_name_before_connecting() {
     assert_eq!(exit, Exit::Database, "{err}");
     assert!(err.contains("cannot connect to the database"), "{err}");
 }
+
+/// A receiver's body ends up in `last_error`, and a row written by raw SQL can hold any event
+/// type: `outbox status` must not hand either to the operator's terminal as control sequences
+/// (an ANSI escape could recolour, retitle or rewrite the screen). Control characters print
+/// escaped; the JSON output keeps the stored text exactly.
+#[tokio::test]
+async fn status_prints_control_characters_from_the_database_escaped() {
+    let db = TestDatabase::new().await;
+    let url = db.url();
+    let (_, exhausted, _) = seed(&db).await;
+    let hostile_error = "bad gateway\u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}[31mred\u{0}\u{9b}";
+    let hostile_type = "parcel.sent\u{1b}[8m";
+    sqlx::query("UPDATE outbox SET last_error = $1, event_type = $2 WHERE event_id = $3")
+        .bind(hostile_error.replace('\u{0}', ""))
+        .bind(hostile_type)
+        .bind(exhausted)
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let cli = Outbox::new().events(vec![parcel_event()]);
+
+    let (exit, out, err) = outbox(&cli, &["status", "--database-url", &url]).await;
+    assert_eq!(exit, Exit::Ok, "{err}");
+    let controls: Vec<char> = out
+        .chars()
+        .filter(|c| c.is_control() && *c != '\n')
+        .collect();
+    assert!(
+        controls.is_empty(),
+        "status printed control characters from the database: {controls:?}\n{out:?}"
+    );
+    let row = out
+        .lines()
+        .find(|l| l.contains(&exhausted.to_string()))
+        .expect("the exhausted event is listed");
+    assert!(
+        row.contains(r"parcel.sent\u{1b}[8m") && row.contains(r"bad gateway\u{1b}]0;pwned\u{7}"),
+        "the hostile text is shown escaped, not dropped: {row}"
+    );
+
+    let (exit, out, _) = outbox(&cli, &["status", "--json", "--database-url", &url]).await;
+    assert_eq!(exit, Exit::Ok);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("--json prints JSON");
+    let e = &v["tables"][0]["exhausted_events"][0];
+    assert_eq!(e["event_type"], hostile_type);
+    assert_eq!(e["last_error"], hostile_error.replace('\u{0}', ""));
+}

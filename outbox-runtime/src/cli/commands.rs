@@ -325,7 +325,7 @@ fn status_table(table: &str, stats: &Stats, exhausted: &[ExhaustedEvent]) -> Str
     }
     let type_width = exhausted
         .iter()
-        .map(|e| e.event_type.len())
+        .map(|e| terminal_safe(&e.event_type).chars().count())
         .max()
         .unwrap_or(0)
         .max("TYPE".len());
@@ -343,6 +343,7 @@ fn status_table(table: &str, stats: &Stats, exhausted: &[ExhaustedEvent]) -> Str
             .as_deref()
             .unwrap_or("-")
             .replace(['\n', '\r'], " ");
+        let error = terminal_safe(&error);
         let error: String = if error.chars().count() > 120 {
             error.chars().take(117).chain("...".chars()).collect()
         } else {
@@ -351,7 +352,7 @@ fn status_table(table: &str, stats: &Stats, exhausted: &[ExhaustedEvent]) -> Str
         s.push_str(&format!(
             "  {:<36}  {:<type_width$}  {:>7}  {:>8}  {:>7}  {:>8}  {error}\n",
             e.event_id.to_string(),
-            e.event_type,
+            terminal_safe(&e.event_type),
             e.event_version,
             e.attempts,
             e.lease_expiries,
@@ -359,6 +360,21 @@ fn status_table(table: &str, stats: &Stats, exhausted: &[ExhaustedEvent]) -> Str
         ));
     }
     s
+}
+
+/// Text from the database as it may reach a terminal: control characters (ANSI escapes, bells,
+/// C1 codes) are printed as `\u{..}` escapes instead of being obeyed. A receiver's body lands
+/// in `last_error`, and raw SQL can write any event type, so both are attacker-controlled.
+fn terminal_safe(text: &str) -> String {
+    let mut safe = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            safe.extend(c.escape_unicode());
+        } else {
+            safe.push(c);
+        }
+    }
+    safe
 }
 
 async fn retry(
