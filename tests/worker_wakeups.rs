@@ -122,3 +122,91 @@ async fn a_rarely_polling_worker_delivers_as_soon_as_the_service_wakes_it_after_
     assert_eq!(received(&pool).await.len(), 20);
     assert_eq!(effects(&pool).await, 20);
 }
+
+/// The fast path a user reaches for first: a `Producer` transaction carries the business change
+/// and the events, sends no notification from inside the transaction (the notifying commit's
+/// database-wide lock is what serialises producers), and wakes a rarely polling worker after
+/// its commit. Rolled back, it stores nothing and wakes nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_transaction_wakes_the_workers_after_its_own_commit() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    sqlx::query("CREATE TABLE orders (id bigint PRIMARY KEY, status text NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut listener = PgListener::connect(&db.url()).await.unwrap();
+    listener.listen(&notify_channel("outbox")).await.unwrap();
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::builder(
+        pool.clone(),
+        Receiver::new(pool.clone(), "w1", Knobs::default()),
+    )
+    .name("w1")
+    .poll_interval(Duration::from_secs(120))
+    .events(events_tx)
+    .start()
+    .await
+    .unwrap();
+    wait_event(&mut events, WAIT, "the worker listens", |e| {
+        matches!(e, WorkerEvent::ListenerConnected)
+    })
+    .await;
+    let producer = outbox_runtime::Producer::new(pool.clone());
+
+    // Rolled back: nothing stored, no notification.
+    let mut tx = producer.begin().await.unwrap();
+    sqlx::query("INSERT INTO orders (id, status) VALUES (0, 'confirmed')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.enqueue(&Job { n: -1 }, "job--1").await.unwrap();
+    tx.rollback().await.unwrap();
+    let quiet = Duration::from_millis(400);
+    assert_eq!(
+        notifications(&mut listener, quiet).await,
+        0,
+        "a rolled-back producer transaction woke the workers"
+    );
+
+    // Committed: the business row and 20 events, then one wake-up from another session.
+    let mut tx = producer.begin().await.unwrap();
+    let business_session: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO orders (id, status) VALUES (1, 'confirmed')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    for n in 0..20 {
+        tx.enqueue(&Job { n }, &format!("job-{n}")).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let wake_up = tokio::time::timeout(WAIT, listener.recv())
+        .await
+        .expect("no wake-up arrived after the producer's commit")
+        .unwrap();
+    assert_ne!(
+        wake_up.process_id(),
+        u32::try_from(business_session).unwrap(),
+        "the wake-up came from the business transaction's session: it notified inside the transaction"
+    );
+    wait_until(
+        WAIT,
+        "the 20 events are delivered after the commit's wake-up (the worker polls every 2 min)",
+        || async { count_status(&pool, "delivered").await == 20 },
+    )
+    .await;
+    worker.shutdown().await;
+    assert_eq!(effects(&pool).await, 20);
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        orders, 1,
+        "the rolled-back order was stored, or the committed one lost"
+    );
+    assert_eq!(count_status(&pool, "pending").await, 0);
+}

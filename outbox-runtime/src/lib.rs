@@ -26,6 +26,7 @@ pub mod inbox;
 mod macro_support;
 pub mod migrate;
 pub mod payload_limits;
+pub mod producer;
 pub mod publish;
 pub mod sink;
 pub mod store;
@@ -40,6 +41,7 @@ pub use dispatcher::Dispatcher;
 pub use error::Error;
 pub use event::Event;
 pub use migrate::migrate;
+pub use producer::Producer;
 pub use sink::Sink;
 pub use store::Store;
 

@@ -1,0 +1,207 @@
+//! The producer side made fast by default: transactions that wake the workers after their own
+//! commit.
+//!
+//! [`Event::enqueue`] on a plain `sqlx::Transaction` queues a `NOTIFY` inside the business
+//! transaction. That is always correct, but PostgreSQL makes every notifying commit hold a
+//! database-wide lock until it is flushed, so notifying transactions commit one at a time. A
+//! [`Waker`] moves the notification after the commit, but only for the service that remembers to
+//! call it. A [`Producer`] does it for you: its transactions enqueue without the in-transaction
+//! notification and, once [`ProducerTransaction::commit`] has committed, wake the workers of
+//! every table they wrote to. A transaction that rolls back (or is dropped) wakes nobody.
+//!
+//! ```no_run
+//! # async fn f(pool: sqlx::PgPool, event: impl outbox_runtime::event::CurrentEvent) -> outbox_runtime::error::Result<()> {
+//! use outbox_runtime::producer::Producer;
+//!
+//! let producer = Producer::new(pool); // once, at start-up; clone it freely
+//! let mut tx = producer.begin().await?;
+//! sqlx::query("UPDATE orders SET status = 'confirmed' WHERE id = $1")
+//!     .bind(42_i64)
+//!     .execute(&mut *tx) // the business change, as on a sqlx transaction
+//!     .await?;
+//! tx.enqueue(&event, "confirm-order/42").await?;
+//! tx.commit().await?; // commits, then wakes the workers
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex};
+
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use uuid::Uuid;
+
+use crate::error::Result;
+use crate::event::CurrentEvent;
+use crate::store::EnqueueOptions;
+use crate::store::enqueue::enqueue_event;
+use crate::waker::Waker;
+
+/// Begins business transactions whose enqueued events wake the workers after commit. Cheap to
+/// clone; keep one per service and pool.
+#[derive(Clone)]
+pub struct Producer {
+    pool: PgPool,
+    /// One waker per outbox table written to, created on first use (its background task lives
+    /// as long as the last clone of this producer).
+    wakers: Arc<Mutex<HashMap<&'static str, Waker>>>,
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tables: Vec<&str> = self
+            .wakers
+            .lock()
+            .map(|w| w.keys().copied().collect())
+            .unwrap_or_default();
+        f.debug_struct("Producer")
+            .field("tables_woken", &tables)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Producer {
+    /// A producer over `pool`; the business transactions and the wake-ups both use it.
+    pub fn new(pool: PgPool) -> Self {
+        Producer {
+            pool,
+            wakers: Arc::default(),
+        }
+    }
+
+    /// The pool the transactions are begun on.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Begin a business transaction on the producer's pool.
+    pub async fn begin(&self) -> Result<ProducerTransaction> {
+        let tx = self.pool.begin().await?;
+        Ok(self.adopt(tx))
+    }
+
+    /// Take over a transaction begun elsewhere (another isolation level, a `SET LOCAL`, a
+    /// transaction a framework opened), so that its events wake the workers after its commit.
+    pub fn adopt(&self, tx: Transaction<'static, Postgres>) -> ProducerTransaction {
+        ProducerTransaction {
+            tx,
+            producer: self.clone(),
+            tables: Vec::new(),
+        }
+    }
+
+    fn waker_for(&self, table: &'static str) -> Result<Waker> {
+        let mut wakers = self
+            .wakers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(waker) = wakers.get(table) {
+            return Ok(waker.clone());
+        }
+        let waker = Waker::new(self.pool.clone(), table)?;
+        wakers.insert(table, waker.clone());
+        Ok(waker)
+    }
+}
+
+/// A business transaction of a [`Producer`]. It dereferences to the connection, so business SQL
+/// runs on it exactly as on a `sqlx::Transaction` (`.execute(&mut *tx)`); events go in with
+/// [`enqueue`](Self::enqueue), and [`commit`](Self::commit) wakes the workers afterwards.
+/// Dropping it without committing rolls back, like a `sqlx::Transaction`.
+pub struct ProducerTransaction {
+    tx: Transaction<'static, Postgres>,
+    producer: Producer,
+    /// The outbox tables this transaction enqueued into (few: a linear scan is fine).
+    tables: Vec<&'static str>,
+}
+
+impl std::fmt::Debug for ProducerTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProducerTransaction")
+            .field("tables", &self.tables)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProducerTransaction {
+    /// Write `event` in this transaction under `operation_key` (see [`Event::enqueue`] for keys,
+    /// idempotency and errors) without an in-transaction notification; the workers are woken
+    /// after [`commit`](Self::commit).
+    ///
+    /// [`Event::enqueue`]: crate::Event::enqueue
+    pub async fn enqueue<E: CurrentEvent>(
+        &mut self,
+        event: &E,
+        operation_key: &str,
+    ) -> Result<Uuid> {
+        self.enqueue_with(event, operation_key, &EnqueueOptions::default())
+            .await
+    }
+
+    /// [`enqueue`](Self::enqueue) with options (limits, headers, delay). The options' `notify`
+    /// is ignored: the wake-up is always sent after commit instead.
+    pub async fn enqueue_with<E: CurrentEvent>(
+        &mut self,
+        event: &E,
+        operation_key: &str,
+        options: &EnqueueOptions,
+    ) -> Result<Uuid> {
+        let options = EnqueueOptions {
+            notify: false,
+            ..options.clone()
+        };
+        let id = enqueue_event(&mut self.tx, event, operation_key, &options).await?;
+        if !self.tables.contains(&E::TABLE) {
+            // Validates the table name once and starts its waker before the commit, so the
+            // commit itself cannot fail for a reason that has nothing to do with the database.
+            self.producer.waker_for(E::TABLE)?;
+            self.tables.push(E::TABLE);
+        }
+        Ok(id)
+    }
+
+    /// The underlying sqlx transaction, for code that takes `&mut Transaction` (an
+    /// [`Event::enqueue`](crate::Event::enqueue) made here notifies inside the transaction, as it
+    /// does anywhere else).
+    pub fn transaction(&mut self) -> &mut Transaction<'static, Postgres> {
+        &mut self.tx
+    }
+
+    /// Commit, then wake the workers of every table this transaction enqueued into. The wake-up
+    /// never blocks and never fails (see [`Waker::wake`]); a failed commit wakes nobody.
+    pub async fn commit(self) -> Result<()> {
+        let ProducerTransaction {
+            tx,
+            producer,
+            tables,
+        } = self;
+        tx.commit().await?;
+        for table in tables {
+            // Created at enqueue: the lookup cannot fail here.
+            if let Ok(waker) = producer.waker_for(table) {
+                waker.wake();
+            }
+        }
+        Ok(())
+    }
+
+    /// Roll back: nothing enqueued here is stored, and no worker is woken.
+    pub async fn rollback(self) -> Result<()> {
+        self.tx.rollback().await?;
+        Ok(())
+    }
+}
+
+impl Deref for ProducerTransaction {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        &self.tx
+    }
+}
+
+impl DerefMut for ProducerTransaction {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        &mut self.tx
+    }
+}
