@@ -235,6 +235,16 @@ async fn delayed_events_wait_unless_included_and_stop_after_limits_a_drain() {
     assert_eq!(sink.calls_of(delayed), 0, "the delayed event is not due");
     assert_eq!(deliver_one(db.pool(), &sink).await.unwrap(), None);
 
+    let zero = Drain::new()
+        .lease(Duration::ZERO)
+        .run(db.pool(), &sink)
+        .await;
+    assert!(
+        zero.unwrap_err()
+            .to_string()
+            .contains("Drain::lease must be longer than zero"),
+        "a zero lease is refused, not looped on"
+    );
     let included = Drain::new()
         .include_delayed()
         .run(db.pool(), &sink)

@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::faults::{DeliveryPlan, Faulty, Injected};
 use crate::delivery::{Aggregate, Delivery, HandlerError};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::sink::Sink;
 use crate::store::{
     ClaimedEvent, DEFAULT_TABLE, FailOutcome, Ownership, RecoveryBackoff, RecoveryCounts, Store,
@@ -145,7 +145,15 @@ impl Drain {
     }
 
     /// Deliver until nothing is ready (or [`Drain::stop_after`]).
+    ///
+    /// Fails on a zero lease (every claim would expire before its delivery), a table name that
+    /// is not a valid identifier, or a database error.
     pub async fn run(&self, pool: &PgPool, target: &impl DrainTarget) -> Result<DrainReport> {
+        if self.lease.is_zero() {
+            return Err(Error::Config(
+                "Drain::lease must be longer than zero: a claim with no lease expires before it is delivered; the default is 5 minutes".into(),
+            ));
+        }
         let store = Store::for_table(pool.clone(), &self.table)?;
         let faults = target.target_faults();
         let mut report = DrainReport {
