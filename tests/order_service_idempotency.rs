@@ -45,7 +45,9 @@ async fn shipping_survives_redelivery() -> Result<(), Box<dyn std::error::Error>
 }
 // docs/testing.md: example ends
 
-use outbox_runtime::testing::{IdempotencyError, assert_enqueued, drain};
+use outbox_runtime::testing::{
+    Faults, IdempotencyError, Injected, Outcome, Pick, assert_enqueued, drain,
+};
 use outbox_runtime::{Delivery, Dispatcher, HandlerError};
 use sqlx::PgPool;
 
@@ -156,6 +158,48 @@ const VARIANT_FAILURE: &str = "not idempotent: event 1 of 2 changed the observed
   after the first delivery: [(00000000-0000-0000-0000-000000000001, 1)]
   after this delivery:      [(00000000-0000-0000-0000-000000000001, 2)]
 A handler must leave the state as one delivery does, however often the event arrives: deduplicate on `Delivery::idempotency_key()` (for example with `outbox_runtime::inbox::apply_once` in the handler's transaction).";
+
+/// A fault plan wraps a publisher as it wraps handlers: a duplicate and a lost response reach
+/// the real receiver, which applies the order once and answers the repeats with 409.
+#[tokio::test]
+async fn faults_through_the_http_publisher_reach_the_receiver_as_duplicates() {
+    let db = TestDatabase::new().await;
+    let pool = db.pool();
+    let shipping = ShippingReceiver::start(pool, 0, Duration::ZERO)
+        .await
+        .unwrap();
+    let http = HttpPublisher::new(&shipping.url(), HttpConfig::default()).unwrap();
+    let order = OrderConfirmed {
+        order_id: Uuid::from_u128(7),
+        order_version: 2,
+        customer: "ada".into(),
+        total_cents: 700,
+    };
+    let mut tx = pool.begin().await.unwrap();
+    outbox_runtime::Event::enqueue(&order, &mut tx, "confirm-order/7")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let faulty = Faults::seeded(7)
+        .deliver_twice(Pick::Every)
+        .lose_response(Pick::Every)
+        .wrap(http);
+    let report = drain(pool, &faulty).await.unwrap();
+    assert_eq!(report.records.len(), 2, "{report}");
+    assert_eq!(
+        report.records[0].injected,
+        vec![Injected::DeliveredTwice, Injected::ResponseLost],
+        "{report}"
+    );
+    assert_eq!(report.records[1].outcome, Outcome::Completed, "{report}");
+    let counts = shipping.counts();
+    assert_eq!(
+        (counts.requests, counts.applied, counts.duplicates),
+        (3, 1, 2),
+        "the duplicate and the redelivery after the lost response were both recognised"
+    );
+    assert_eq!(shipments(pool).await, vec![(order.order_id, 1)]);
+}
 
 /// The service's confirmation, asserted and delivered with the kit on a `#[sqlx::test]` pool.
 #[sqlx::test(migrations = false)]
