@@ -211,6 +211,8 @@ fn bind_for<'q>(
         "retry_exhausted_of_type" => q.bind("note"),
         "exhausted_events" => q.bind(50_i64),
         "purge_delivered" => q.bind(3_600_000_000_i64).bind(1000_i64),
+        "list_events" => q.bind(10_000_i64),
+        "make_delayed_due" => q,
         other => panic!(
             "statement `{other}` has no EXPLAIN arguments in tests/store_schema.rs: add them"
         ),
@@ -239,6 +241,9 @@ fn expected_indexes(name: &str) -> &'static [&'static str] {
         // Checked below: the delivered count may scan (delivered rows are most of the table).
         "count_delivered" => &[],
         "gauges" => &["outbox_open_idx"],
+        // The test kit's statements: a listing in id order, and delayed events made due.
+        "list_events" => &["outbox_pkey"],
+        "make_delayed_due" => &["outbox_open_idx"],
         _ => &[],
     }
 }

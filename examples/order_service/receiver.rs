@@ -22,6 +22,7 @@ use outbox_runtime::inbox::{self, ApplyOutcome};
 use outbox_runtime::publish::Envelope;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use crate::events::OrderConfirmed;
 
@@ -85,10 +86,7 @@ impl ShippingReceiver {
         lose_responses: u64,
         hold: Duration,
     ) -> std::io::Result<ShippingReceiver> {
-        sqlx::query(CREATE_SHIPMENTS)
-            .execute(pool)
-            .await
-            .map_err(std::io::Error::other)?;
+        create_schema(pool).await.map_err(std::io::Error::other)?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
@@ -169,7 +167,7 @@ async fn on_event(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     // On a task of its own: if the publisher gives up and closes the connection, hyper drops
     // this handler, and the transaction must still finish as a whole.
     let pool = shared.pool.clone();
-    let applied = match tokio::spawn(async move { apply(&pool, &envelope, &event).await }).await {
+    let applied = match tokio::spawn(async move { ship(&pool, envelope.id, &event).await }).await {
         Ok(applied) => applied,
         Err(e) => {
             return (
@@ -209,18 +207,28 @@ async fn on_event(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     }
 }
 
-/// The inbox row and the shipment commit together, or neither does.
-async fn apply(
+/// Create the shipping service's table.
+pub async fn create_schema(pool: &PgPool) -> sqlx::Result<()> {
+    sqlx::query(CREATE_SHIPMENTS)
+        .execute(pool)
+        .await
+        .map(|_| ())
+}
+
+/// The shipping handler: ship the order of event `event_id` once. The inbox row and the
+/// shipment commit together, or neither does; a redelivered event is a `Duplicate` and writes
+/// nothing.
+pub async fn ship(
     pool: &PgPool,
-    envelope: &Envelope,
+    event_id: Uuid,
     event: &OrderConfirmed,
 ) -> outbox_runtime::error::Result<ApplyOutcome> {
     let mut tx = pool.begin().await?;
-    let outcome = inbox::apply_once(&mut tx, CONSUMER, envelope.id).await?;
+    let outcome = inbox::apply_once(&mut tx, CONSUMER, event_id).await?;
     if outcome == ApplyOutcome::Applied {
         sqlx::query(INSERT_SHIPMENT)
             .bind(event.order_id)
-            .bind(envelope.id)
+            .bind(event_id)
             .bind(event.total_cents)
             .execute(&mut *tx)
             .await?;

@@ -12,6 +12,8 @@
 //! - [`worker`]: claimer, renewer, completer, maintenance and listener, supervised together.
 //! - [`waker`]: wake-ups sent after commit, for services that enqueue at high rates.
 //! - [`migrate()`]: the embedded base schema.
+//! - `testing` (feature `testing`): a database per test, assertions on what was enqueued,
+//!   synchronous draining, seeded fault injection and an idempotency check for handlers.
 #![warn(missing_docs)]
 
 #[cfg(feature = "cli")]

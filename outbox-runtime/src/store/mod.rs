@@ -11,6 +11,7 @@
 
 mod aggregate_lock;
 pub mod enqueue;
+pub mod listing;
 pub mod sql;
 
 use std::collections::HashSet;
@@ -23,6 +24,7 @@ use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
 pub use enqueue::EnqueueOptions;
+pub use listing::{StoredEvent, list_events};
 pub use sql::validate_table_name;
 
 use crate::error::{PayloadPart, Result};
@@ -709,6 +711,16 @@ impl Store {
                 })
             })
             .collect()
+    }
+
+    /// Make every pending event that is scheduled for later (an enqueue delay, a retry's
+    /// backoff) claimable now; returns how many. Only the schedule changes. For tests that
+    /// deliver such events without waiting (the test kit's `Drain::include_delayed`).
+    pub async fn make_delayed_due(&self) -> Result<u64> {
+        let done = sqlx::query(self.sql.make_delayed_due)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
     }
 
     /// Operator action: delete up to `limit` delivered events older than `older_than`.

@@ -66,6 +66,10 @@ pub(crate) const RETRY_EXHAUSTED_OF_TYPE: &str = include_str!("sql/retry_exhaust
 pub(crate) const EXHAUSTED_EVENTS: &str = include_str!("sql/exhausted_events.sql");
 /// Bounded deletion of delivered events past retention.
 pub(crate) const PURGE_DELIVERED: &str = include_str!("sql/purge_delivered.sql");
+/// Every event of the table in id order (the test kit's assertions).
+pub(crate) const LIST_EVENTS: &str = include_str!("sql/list_events.sql");
+/// Delayed pending events made claimable now (the test kit's drain).
+pub(crate) const MAKE_DELAYED_DUE: &str = include_str!("sql/make_delayed_due.sql");
 
 /// Every statement template with its name (used by the EXPLAIN test in `tests/store_schema.rs`;
 /// render one with `template.replace(TABLE_PLACEHOLDER, table)`).
@@ -93,6 +97,8 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("retry_exhausted_of_type", RETRY_EXHAUSTED_OF_TYPE),
     ("exhausted_events", EXHAUSTED_EVENTS),
     ("purge_delivered", PURGE_DELIVERED),
+    ("list_events", LIST_EVENTS),
+    ("make_delayed_due", MAKE_DELAYED_DUE),
 ];
 
 /// The longest suffix the table template appends to the table name (`_aggregate_idx`,
@@ -267,6 +273,8 @@ pub(crate) struct Statements {
     pub retry_exhausted_of_type: &'static str,
     pub exhausted_events: &'static str,
     pub purge_delivered: &'static str,
+    pub list_events: &'static str,
+    pub make_delayed_due: &'static str,
 }
 
 impl Statements {
@@ -301,6 +309,8 @@ impl Statements {
             retry_exhausted_of_type: r(RETRY_EXHAUSTED_OF_TYPE),
             exhausted_events: r(EXHAUSTED_EVENTS),
             purge_delivered: r(PURGE_DELIVERED),
+            list_events: r(LIST_EVENTS),
+            make_delayed_due: r(MAKE_DELAYED_DUE),
         }
     }
 }

@@ -20,8 +20,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Shared;
+use super::config::RetryPolicy;
 use super::events::WorkerEvent;
 use crate::delivery::{Delivery, FailureKind, HandlerError};
+use crate::sink::Sink;
 use crate::store::{Claim, ClaimedEvent, FailOutcome, Ownership};
 
 /// What the sink's call ended with.
@@ -31,6 +33,65 @@ enum Outcome {
     Panicked(String),
     /// Shutdown's grace ran out while the sink was still running.
     Abandoned,
+}
+
+impl From<SinkOutcome> for Outcome {
+    fn from(outcome: SinkOutcome) -> Self {
+        match outcome {
+            SinkOutcome::Delivered => Outcome::Delivered,
+            SinkOutcome::Failed(e) => Outcome::Failed(e),
+            SinkOutcome::Panicked(message) => Outcome::Panicked(message),
+        }
+    }
+}
+
+/// What one call of a sink ended with. Shared with the test kit's drain (`crate::testing`),
+/// which delivers through this same call and records the outcomes the same way.
+pub(crate) enum SinkOutcome {
+    /// The sink accepted the event.
+    Delivered,
+    /// The sink reported a failure.
+    Failed(HandlerError),
+    /// The sink panicked; the panic's message.
+    Panicked(String),
+}
+
+/// Call `sink` for one event, catching a panic. The call sits inside the async block so a sink
+/// that panics before returning its future is caught too.
+pub(crate) async fn call_sink(
+    sink: &dyn Sink,
+    event: &ClaimedEvent,
+    delivery: &Delivery,
+) -> SinkOutcome {
+    match AssertUnwindSafe(async { sink.deliver(event, delivery).await })
+        .catch_unwind()
+        .await
+    {
+        Ok(Ok(())) => SinkOutcome::Delivered,
+        Ok(Err(e)) => SinkOutcome::Failed(e),
+        Err(panic) => SinkOutcome::Panicked(panic_message(panic.as_ref())),
+    }
+}
+
+/// The failure a panicking sink is recorded with: permanent, since a panic is no answer from the
+/// receiver and retrying the same payload is likely to panic again.
+pub(crate) fn panic_failure(message: &str) -> HandlerError {
+    HandlerError::permanent(format!("handler panicked: {message}"))
+}
+
+/// How a failed attempt is recorded: `(retry_after, permanent)`. The handler's own delay when it
+/// gave one, else the policy's backoff for `attempts` (the attempt that failed, 1-based).
+pub(crate) fn retry_plan(
+    error: &HandlerError,
+    retry: &RetryPolicy,
+    attempts: i32,
+) -> (Duration, bool) {
+    let attempt = u32::try_from(attempts).unwrap_or(1);
+    match error.kind {
+        FailureKind::Retry { after: Some(after) } => (after, false),
+        FailureKind::Retry { after: None } => (retry.delay_for(attempt), false),
+        FailureKind::Permanent => (Duration::ZERO, true),
+    }
 }
 
 #[derive(Clone)]
@@ -71,16 +132,9 @@ impl Executor {
         );
         async move {
             let delivery = Delivery::new(&event, lease_lost);
-            // The call itself sits inside the async block so a sink that panics before returning
-            // its future is caught too.
             let sink = Arc::clone(&shared.sink);
-            let call = AssertUnwindSafe(async { sink.deliver(&event, &delivery).await }).catch_unwind();
             let outcome = tokio::select! {
-                result = call => match result {
-                    Ok(Ok(())) => Outcome::Delivered,
-                    Ok(Err(e)) => Outcome::Failed(e),
-                    Err(panic) => Outcome::Panicked(panic_message(panic.as_ref())),
-                },
+                outcome = call_sink(sink.as_ref(), &event, &delivery) => Outcome::from(outcome),
                 () = shared.abort.cancelled() => Outcome::Abandoned,
             };
             drop(slot);
@@ -91,7 +145,7 @@ impl Executor {
                     shared.counters.panicked();
                     shared.hook.emit(|| WorkerEvent::Panicked(claim));
                     tracing::error!(panic = %message, "handler panicked; failing the event permanently");
-                    let error = HandlerError::permanent(format!("handler panicked: {message}"));
+                    let error = panic_failure(&message);
                     self.fail(&event, &error).await;
                 }
                 Outcome::Abandoned => {
@@ -234,12 +288,7 @@ impl Executor {
     async fn fail(&self, event: &ClaimedEvent, error: &HandlerError) {
         let shared = &self.shared;
         let claim = event.claim();
-        let attempt = u32::try_from(event.attempts).unwrap_or(1);
-        let (retry_after, permanent) = match error.kind {
-            FailureKind::Retry { after: Some(after) } => (after, false),
-            FailureKind::Retry { after: None } => (shared.config.retry.delay_for(attempt), false),
-            FailureKind::Permanent => (Duration::ZERO, true),
-        };
+        let (retry_after, permanent) = retry_plan(error, &shared.config.retry, event.attempts);
         // No longer ours to renew once the outcome is being written.
         shared.inflight.remove(&claim);
         if let Some(detail) = &error.detail {

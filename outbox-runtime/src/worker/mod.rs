@@ -81,7 +81,7 @@ mod claimer;
 mod completer;
 pub mod config;
 pub mod events;
-mod executor;
+pub(crate) mod executor;
 mod inflight;
 mod listener;
 mod maintenance;

@@ -1,4 +1,4 @@
-//! Test support: a fresh database per test on a real PostgreSQL server.
+//! A fresh database per test on a real PostgreSQL server.
 //!
 //! The server is found once per process, in this order:
 //! 1. `DATABASE_URL`, when set (any database on the server; the test databases are created
