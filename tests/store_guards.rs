@@ -345,6 +345,30 @@ fn witnesses() -> Vec<Witness> {
             .params([Text("witness.event")])
             .without([Updated("a")]),
     ]);
+
+    // The test kit's `include_delayed`: only pending rows scheduled for later are brought
+    // forward; a claimed, finished or already due row keeps its schedule.
+    let due = "make_delayed_due";
+    all.extend([
+        witness(due, "delivered_at IS NULL")
+            .row("a", "available_at = now() + interval '1 hour', delivered_at = now()")
+            .forbidden_by_schema()
+            .params([])
+            .without([Updated("a")]),
+        witness(due, "exhausted_at IS NULL")
+            .row("a", "available_at = now() + interval '1 hour', exhausted_at = now()")
+            .forbidden_by_schema()
+            .params([])
+            .without([Updated("a")]),
+        witness(due, "status = 'pending'")
+            .row("a", "status = 'processing', claim_version = 1, attempts = 1, lease_until = now() + interval '1 hour', available_at = now() + interval '1 hour'")
+            .params([])
+            .without([Updated("a")]),
+        witness(due, "available_at > now()")
+            .row("a", "available_at = now() - interval '1 minute'")
+            .params([])
+            .without([Updated("a")]),
+    ]);
     all
 }
 
