@@ -26,6 +26,28 @@ async fn notifications(listener: &mut PgListener, quiet: Duration) -> usize {
     n
 }
 
+/// Wait until a fresh worker is connected to LISTEN and has made both of its start-up claims
+/// (the first at start, the second woken by the listener's connection, in whichever order the
+/// two happen): from then on only a notification or the poll tick makes it claim again.
+async fn worker_is_listening_and_idle(
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<WorkerEvent>,
+) {
+    let (mut listening, mut empty_claims) = (false, 0);
+    while !(listening && empty_claims == 2) {
+        match wait_event(events, WAIT, "the worker listens and finds nothing", |e| {
+            matches!(
+                e,
+                WorkerEvent::ListenerConnected | WorkerEvent::ClaimedNothing
+            )
+        })
+        .await
+        {
+            WorkerEvent::ListenerConnected => listening = true,
+            _ => empty_claims += 1,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_wake_ups_folds_into_few_notifications_and_none_is_lost() {
     let db = database().await;
@@ -82,10 +104,7 @@ async fn a_rarely_polling_worker_delivers_as_soon_as_the_service_wakes_it_after_
     .start()
     .await
     .unwrap();
-    wait_event(&mut events, WAIT, "the worker listens", |e| {
-        matches!(e, WorkerEvent::ListenerConnected)
-    })
-    .await;
+    worker_is_listening_and_idle(&mut events).await;
     let waker = Waker::new(pool.clone(), "outbox").unwrap();
 
     // Enqueued without the in-transaction NOTIFY and committed: the worker, which polls every
@@ -148,10 +167,7 @@ async fn a_producer_transaction_wakes_the_workers_after_its_own_commit() {
     .start()
     .await
     .unwrap();
-    wait_event(&mut events, WAIT, "the worker listens", |e| {
-        matches!(e, WorkerEvent::ListenerConnected)
-    })
-    .await;
+    worker_is_listening_and_idle(&mut events).await;
     let producer = outbox_runtime::Producer::new(pool.clone());
 
     // Rolled back: nothing stored, no notification.

@@ -118,6 +118,9 @@ impl Claimer {
             .await?;
         self.report_undecodable(&undecodable);
         if events.is_empty() {
+            if undecodable.is_empty() {
+                shared.hook.emit(|| WorkerEvent::ClaimedNothing);
+            }
             return Ok(undecodable.len());
         }
         let claimed = events.len() + undecodable.len();

@@ -17,6 +17,9 @@ pub enum WorkerEvent {
     ListenerLost,
     /// A claim statement returned these claims (never sent for an empty claim).
     ClaimedBatch(Vec<Claim>),
+    /// A claim statement found nothing to claim (the worker is idle until a wake-up or the
+    /// poll tick). Lets a test know the worker has looked, instead of sleeping.
+    ClaimedNothing,
     /// One completion statement ran: these claims were completed, these were stale. After a
     /// write whose answer was lost, claims that write had completed count as completed.
     CompletedBatch {
