@@ -11,6 +11,13 @@ use outbox_runtime::testing::TestDatabase;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+/// An event this test binary compiles, for the contracts view.
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, outbox_runtime::Event)]
+#[outbox(name = "dashboard.sample", version = 1)]
+pub struct DashboardSample {
+    pub text: String,
+}
+
 async fn get(served: &Served, path: &str) -> (StatusCode, Value) {
     let response = reqwest::get(served.url(path)).await.unwrap();
     let status = response.status();
@@ -304,7 +311,11 @@ async fn contracts_compare_the_registry_with_the_binary() {
     // One compiled event: registered with its own fingerprint, and a registry row nobody
     // compiles.
     let compiled = outbox_runtime::generate::compiled_events();
-    let first = compiled.first().expect("the test binary compiles events").clone();
+    let first = compiled
+        .iter()
+        .find(|e| e.contract.name == "dashboard.sample")
+        .expect("DashboardSample is linked into this test")
+        .clone();
     sqlx::query(
         "INSERT INTO outbox_contracts (event_type, event_version, fingerprint, shape, type_name)
          VALUES ($1, $2, $3, '{}', 'T'), ('gone.event', 1, repeat('a', 64), '{}', 'Gone')",

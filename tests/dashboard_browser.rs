@@ -161,6 +161,17 @@ async fn the_overview_and_failures_show_the_database_and_hostile_text_stays_text
         wait_text(&client, &css, |t| t == expected).await;
     }
     wait_text(&client, "#mode", |t| t.contains("read-only")).await;
+    // Read-only: neither the token field nor an (empty) confirmation bar shows.
+    for hidden in ["#auth", "#confirm"] {
+        let shown = client
+            .find(Locator::Css(hidden))
+            .await
+            .unwrap()
+            .is_displayed()
+            .await
+            .unwrap();
+        assert!(!shown, "{hidden} shows on a read-only dashboard");
+    }
     let bars = client
         .find_all(Locator::Css("[data-chart=\"delivered\"] rect.bar"))
         .await

@@ -158,7 +158,7 @@ function barChart(points, valueOf, title, unit, testid) {
   const step = width / Math.max(1, points.length);
   values.forEach((v, i) => {
     if (v === null || v === undefined || v === 0) return;
-    const h = (v / max) * height;
+    const h = (v / max) * (height - 8);
     const bar = svg("rect", { x: (i * step + 1).toFixed(1), y: (height - h).toFixed(1), width: Math.max(1, step - 2).toFixed(1), height: h.toFixed(1), class: "bar" });
     const tip = svg("title", {});
     tip.textContent = `${fmtTime(points[i].minute)}: ${unit(v)}`;
@@ -188,7 +188,7 @@ function lagChart(points) {
       const v = p[key];
       if (v === null || v === undefined) return;
       const x = (i * step + step / 2).toFixed(1);
-      const y = (height - (v / max) * height).toFixed(1);
+      const y = (height - (v / max) * (height - 8)).toFixed(1);
       d += (d === "" ? "M" : "L") + x + " " + y + " ";
       const dot = svg("circle", { cx: x, cy: y, r: 2.5, class: cls });
       const tip = svg("title", {});
