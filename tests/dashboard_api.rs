@@ -58,7 +58,10 @@ async fn overview_counts_match_the_database() {
     // The charts: 60 minutes; their deliveries are the rows delivered in the last hour.
     let minutes = outbox["last_hour"].as_array().unwrap();
     assert_eq!(minutes.len(), 60);
-    let charted: i64 = minutes.iter().map(|m| m["delivered"].as_i64().unwrap()).sum();
+    let charted: i64 = minutes
+        .iter()
+        .map(|m| m["delivered"].as_i64().unwrap())
+        .sum();
     let in_db: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM outbox WHERE delivered_at >= date_trunc('minute', now()) - interval '59 minutes'",
     )
@@ -96,7 +99,10 @@ async fn delivered_beyond_the_exact_cap_is_an_estimate_said_to_be_one() {
     let (_, overview) = get(&served, "api/overview").await;
     let delivered = &table(&overview, "outbox")["delivered"];
     assert_eq!(delivered["exact"], false, "{delivered}");
-    assert_eq!(delivered["at_least"], dashboard::queries::DELIVERED_EXACT_UP_TO);
+    assert_eq!(
+        delivered["at_least"],
+        dashboard::queries::DELIVERED_EXACT_UP_TO
+    );
 
     sqlx::query("ANALYZE outbox").execute(pool).await.unwrap();
     let (_, overview) = get(&served, "api/overview").await;
@@ -174,7 +180,12 @@ async fn failures_filter_by_state_type_aggregate_time_and_error_text() {
     let (_, all) = get(&served, "api/failures").await;
     assert_eq!(
         ids(&all),
-        sorted(vec![s.exhausted_note, s.exhausted_note_2, s.hostile, s.failing])
+        sorted(vec![
+            s.exhausted_note,
+            s.exhausted_note_2,
+            s.hostile,
+            s.failing
+        ])
     );
     let failing = all
         .as_array()
@@ -225,7 +236,10 @@ async fn failures_filter_by_state_type_aggregate_time_and_error_text() {
     let (status, bad) = get(&served, "api/failures?state=dead").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(
-        bad["error"].as_str().unwrap().contains("`failing` or `exhausted`"),
+        bad["error"]
+            .as_str()
+            .unwrap()
+            .contains("`failing` or `exhausted`"),
         "{bad}"
     );
     // Hostile text comes back verbatim, as JSON data.
@@ -273,11 +287,20 @@ async fn an_event_shows_its_row_and_hides_the_payload_unless_told() {
     assert_eq!(event["payload"]["email"], "jane.doe@example.invalid");
 
     let (_, exhausted) = get(&hidden, &format!("api/events/{}", s.exhausted_note)).await;
-    let last = exhausted["history"].as_array().unwrap().last().unwrap().clone();
+    let last = exhausted["history"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
     assert_eq!(last["what"], "exhausted after 3 of 3 attempts");
-    assert!(exhausted["history"].as_array().unwrap().iter().any(|h| {
-        h["what"] == "a lease expired 1 time(s) (worker crashed or stalled)"
-    }));
+    assert!(
+        exhausted["history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| { h["what"] == "a lease expired 1 time(s) (worker crashed or stalled)" })
+    );
 
     let (status, missing) = get(&hidden, &format!("api/events/{}", uuid::Uuid::nil())).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
@@ -326,7 +349,11 @@ async fn contracts_compare_the_registry_with_the_binary() {
     .execute(pool)
     .await
     .unwrap();
-    let served = serve(pool, DashboardConfig::new().with_events(vec![first.clone()])).await;
+    let served = serve(
+        pool,
+        DashboardConfig::new().with_events(vec![first.clone()]),
+    )
+    .await;
     let (status, contracts) = get(&served, "api/contracts").await;
     assert_eq!(status, StatusCode::OK, "{contracts}");
     let states: Vec<(String, String)> = contracts
@@ -340,8 +367,14 @@ async fn contracts_compare_the_registry_with_the_binary() {
             )
         })
         .collect();
-    assert!(states.contains(&(first.contract.name.to_owned(), "ok".to_owned())), "{states:?}");
-    assert!(states.contains(&("gone.event".to_owned(), "not_compiled".to_owned())), "{states:?}");
+    assert!(
+        states.contains(&(first.contract.name.to_owned(), "ok".to_owned())),
+        "{states:?}"
+    );
+    assert!(
+        states.contains(&("gone.event".to_owned(), "not_compiled".to_owned())),
+        "{states:?}"
+    );
 }
 
 async fn post(
@@ -376,9 +409,16 @@ async fn actions_need_a_token_and_the_dashboards_own_origin() {
     )
     .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("read-only"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("read-only"),
+        "{body}"
+    );
 
-    let served = serve(pool, DashboardConfig::new().with_token(Some("s3cret".into()))).await;
+    let served = serve(
+        pool,
+        DashboardConfig::new().with_token(Some("s3cret".into())),
+    )
+    .await;
     let (status, body) = post(&served, "api/actions/retry", retry.clone(), &[]).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
     let (status, _) = post(
@@ -394,7 +434,10 @@ async fn actions_need_a_token_and_the_dashboards_own_origin() {
         &served,
         "api/actions/retry",
         retry.clone(),
-        &[("authorization", "Bearer s3cret"), ("origin", "http://evil.example")],
+        &[
+            ("authorization", "Bearer s3cret"),
+            ("origin", "http://evil.example"),
+        ],
     )
     .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
@@ -417,7 +460,11 @@ async fn actions_need_a_token_and_the_dashboards_own_origin() {
         &served,
         "api/actions/retry",
         retry.clone(),
-        &[("authorization", "Bearer s3cret"), ("origin", &origin), ("x-outbox-operator", "ana")],
+        &[
+            ("authorization", "Bearer s3cret"),
+            ("origin", &origin),
+            ("x-outbox-operator", "ana"),
+        ],
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -450,7 +497,11 @@ async fn retry_a_type_and_purge_change_only_what_they_name() {
     old.created_ago_seconds = 9.0 * 86_400.0;
     old.delivered_ago_seconds = 8.0 * 86_400.0;
     insert(pool, &old).await;
-    let served = serve(pool, DashboardConfig::new().with_token(Some("s3cret".into()))).await;
+    let served = serve(
+        pool,
+        DashboardConfig::new().with_token(Some("s3cret".into())),
+    )
+    .await;
     let auth = [("authorization", "Bearer s3cret")];
 
     let (status, body) = post(
@@ -466,12 +517,24 @@ async fn retry_a_type_and_purge_change_only_what_they_name() {
     assert_eq!(status_of(pool, s.hostile).await, "exhausted");
 
     let delivered_before = count(pool, "delivered").await;
-    let (status, body) = post(&served, "api/actions/purge", json!({"older_than": "7d"}), &auth).await;
+    let (status, body) = post(
+        &served,
+        "api/actions/purge",
+        json!({"older_than": "7d"}),
+        &auth,
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["count"], 1);
     assert_eq!(count(pool, "delivered").await, delivered_before - 1);
 
-    let (status, body) = post(&served, "api/actions/purge", json!({"older_than": "soon"}), &auth).await;
+    let (status, body) = post(
+        &served,
+        "api/actions/purge",
+        json!({"older_than": "soon"}),
+        &auth,
+    )
+    .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let (status, body) = post(
         &served,
@@ -481,7 +544,12 @@ async fn retry_a_type_and_purge_change_only_what_they_name() {
     )
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("not shown by this dashboard"));
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("not shown by this dashboard")
+    );
 }
 
 #[tokio::test]
@@ -509,13 +577,19 @@ async fn the_page_is_embedded_and_sent_with_strict_headers() {
     assert_eq!(page.status(), StatusCode::OK);
     let headers = page.headers().clone();
     let csp = headers["content-security-policy"].to_str().unwrap();
-    assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{csp}");
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+        "{csp}"
+    );
     assert!(csp.contains("default-src 'none'"), "{csp}");
     assert_eq!(headers["x-content-type-options"], "nosniff");
     assert_eq!(headers["x-frame-options"], "DENY");
     let html = page.text().await.unwrap();
     assert!(html.contains("<script src=\"app.js\" defer></script>"));
-    assert!(!html.contains("http://") && !html.contains("https://"), "the page loads nothing from elsewhere");
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "the page loads nothing from elsewhere"
+    );
     for asset in ["app.js", "app.css"] {
         let response = client
             .get(format!("http://{address}/ops/outbox/{asset}"))
@@ -533,7 +607,12 @@ async fn the_page_is_embedded_and_sent_with_strict_headers() {
         .unwrap();
     assert_eq!(api.status(), StatusCode::OK);
     assert_eq!(api.headers()["x-content-type-options"], "nosniff");
-    assert!(api.headers()["content-type"].to_str().unwrap().starts_with("application/json"));
+    assert!(
+        api.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json")
+    );
     // Without the trailing slash the relative links would miss: redirected.
     let bare = client
         .get(format!("http://{address}/ops/outbox"))
@@ -546,13 +625,22 @@ async fn the_page_is_embedded_and_sent_with_strict_headers() {
 
 #[tokio::test]
 async fn tables_are_validated_and_unknown_tables_refused() {
-    assert!(DashboardConfig::new().with_tables(["Robert'); DROP TABLE outbox;--"]).is_err());
+    assert!(
+        DashboardConfig::new()
+            .with_tables(["Robert'); DROP TABLE outbox;--"])
+            .is_err()
+    );
     assert!(DashboardConfig::new().with_tables(["order"]).is_err());
     let db = TestDatabase::new().await;
     let served = serve(db.pool(), DashboardConfig::new()).await;
     let (status, body) = get(&served, "api/types?table=pg_class").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("not shown by this dashboard"));
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("not shown by this dashboard")
+    );
 }
 
 #[tokio::test]
@@ -562,14 +650,24 @@ async fn the_command_refuses_a_public_address_without_a_token() {
     let mut err = Vec::new();
     let exit = cli
         .run_with(
-            ["outbox", "dashboard", "--listen", "0.0.0.0:8089", "--database-url", "postgres://127.0.0.1:1/none"],
+            [
+                "outbox",
+                "dashboard",
+                "--listen",
+                "0.0.0.0:8089",
+                "--database-url",
+                "postgres://127.0.0.1:1/none",
+            ],
             &mut out,
             &mut err,
         )
         .await;
     let err = String::from_utf8(err).unwrap();
     assert_eq!(exit, Exit::Usage, "{err}");
-    assert!(err.contains("refusing to listen on 0.0.0.0:8089 without a token"), "{err}");
+    assert!(
+        err.contains("refusing to listen on 0.0.0.0:8089 without a token"),
+        "{err}"
+    );
 }
 
 /// A realistic table of `total` rows: 2 % pending (a tenth of them failing), 1,000 processing

@@ -192,9 +192,11 @@ async fn the_overview_and_failures_show_the_database_and_hostile_text_stays_text
 
     client.goto(&served.url("/#failures")).await.unwrap();
     let row = format!("#failures-table tr[data-event-id=\"{}\"]", s.hostile);
-    let error = wait_text(&client, &format!("{row} [data-field=\"last-error\"]"), |t| {
-        !t.is_empty()
-    })
+    let error = wait_text(
+        &client,
+        &format!("{row} [data-field=\"last-error\"]"),
+        |t| !t.is_empty(),
+    )
     .await;
     assert_eq!(error, HOSTILE_ERROR, "the error renders as its characters");
     let kind = wait_text(&client, &format!("{row} [data-field=\"type\"]"), |t| {
@@ -211,11 +213,21 @@ async fn the_overview_and_failures_show_the_database_and_hostile_text_stays_text
         .execute("return window.pwned === undefined;", vec![])
         .await
         .unwrap();
-    assert_eq!(pwned, serde_json::Value::Bool(true), "hostile text ran as script");
+    assert_eq!(
+        pwned,
+        serde_json::Value::Bool(true),
+        "hostile text ran as script"
+    );
     // Read-only: no action buttons anywhere.
-    let buttons = client.find_all(Locator::Css("button.action:not([hidden])")).await.unwrap();
+    let buttons = client
+        .find_all(Locator::Css("button.action:not([hidden])"))
+        .await
+        .unwrap();
     for b in buttons {
-        assert!(!b.is_displayed().await.unwrap(), "an action button shows on a read-only dashboard");
+        assert!(
+            !b.is_displayed().await.unwrap(),
+            "an action button shows on a read-only dashboard"
+        );
     }
     screenshot(&client, "dashboard-failures.png").await;
 
@@ -256,17 +268,44 @@ async fn a_retry_from_the_page_needs_the_token_and_moves_the_event_back_to_pendi
     wait_text(&client, &retry, |t| t == "Retry").await;
 
     // Without the token: the page asks for confirmation, the server refuses, nothing changes.
-    client.find(Locator::Css(&retry)).await.unwrap().click().await.unwrap();
+    client
+        .find(Locator::Css(&retry))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     let question = wait_text(&client, "#confirm-text", |t| !t.is_empty()).await;
-    assert!(question.contains(&s.exhausted_note.to_string()), "{question}");
-    client.find(Locator::Css("#confirm-yes")).await.unwrap().click().await.unwrap();
+    assert!(
+        question.contains(&s.exhausted_note.to_string()),
+        "{question}"
+    );
+    client
+        .find(Locator::Css("#confirm-yes"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     let refused = wait_text(&client, "#notice", |t| t.starts_with("refused")).await;
     assert!(refused.contains("needs the dashboard token"), "{refused}");
     assert_eq!(status_of(pool, s.exhausted_note).await, "exhausted");
 
     // Cancelled: nothing is sent.
-    client.find(Locator::Css(&retry)).await.unwrap().click().await.unwrap();
-    client.find(Locator::Css("#confirm-no")).await.unwrap().click().await.unwrap();
+    client
+        .find(Locator::Css(&retry))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("#confirm-no"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     assert_eq!(status_of(pool, s.exhausted_note).await, "exhausted");
 
     // With the token pasted: confirmed, done, and the row leaves the exhausted list.
@@ -284,8 +323,20 @@ async fn a_retry_from_the_page_needs_the_token_and_moves_the_event_back_to_pendi
         .send_keys("browser-test")
         .await
         .unwrap();
-    client.find(Locator::Css(&retry)).await.unwrap().click().await.unwrap();
-    client.find(Locator::Css("#confirm-yes")).await.unwrap().click().await.unwrap();
+    client
+        .find(Locator::Css(&retry))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("#confirm-yes"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     wait_text(&client, "#notice", |t| t.contains("pending again")).await;
     wait_status(pool, s.exhausted_note, "pending").await;
     client.close().await.unwrap();

@@ -47,7 +47,10 @@ fn caller(headers: &HeaderMap, extensions: &Extensions) -> Caller {
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map_or_else(|| "(unnamed)".to_owned(), |s| shown(&s.chars().take(64).collect::<String>()));
+        .map_or_else(
+            || "(unnamed)".to_owned(),
+            |s| shown(&s.chars().take(64).collect::<String>()),
+        );
     let peer = extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map_or_else(|| "(unknown)".to_owned(), |c| c.0.to_string());
@@ -77,7 +80,10 @@ fn audit(d: &Dashboard, caller: &Caller, action: &str, target: &str, outcome: &s
 fn token_matches(presented: &str, expected: &str) -> bool {
     let a = Sha256::digest(presented.as_bytes());
     let b = Sha256::digest(expected.as_bytes());
-    a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 /// Steps 1 to 3 of the module's list.
@@ -136,7 +142,13 @@ where
 {
     let who = caller(headers, extensions);
     if let Err(refused) = authorize(d, headers) {
-        audit(d, &who, action, target, &format!("refused: {}", refused.message));
+        audit(
+            d,
+            &who,
+            action,
+            target,
+            &format!("refused: {}", refused.message),
+        );
         return Err(refused);
     }
     match run().await {
@@ -146,7 +158,13 @@ where
             Ok(Json(done))
         }
         Err(failed) => {
-            audit(d, &who, action, target, &format!("failed: {}", failed.message));
+            audit(
+                d,
+                &who,
+                action,
+                target,
+                &format!("failed: {}", failed.message),
+            );
             Err(failed)
         }
     }
@@ -176,7 +194,11 @@ pub(super) async fn retry_one(
 ) -> Result<Json<Value>, ApiError> {
     let request = body(payload);
     let target = match &request {
-        Ok(r) => format!("event {} in {}", r.event_id, r.table.as_deref().unwrap_or("(default)")),
+        Ok(r) => format!(
+            "event {} in {}",
+            r.event_id,
+            r.table.as_deref().unwrap_or("(default)")
+        ),
         Err(_) => "(unreadable request)".to_owned(),
     };
     guarded(&d, &headers, &extensions, "retry", &target, || async {
@@ -264,9 +286,8 @@ pub(super) async fn purge(
     guarded(&d, &headers, &extensions, "purge", &target, || async {
         let request = request?;
         let table = d.table(request.table.as_deref())?;
-        let older_than = parse_duration(&request.older_than).map_err(|e| {
-            ApiError::new(StatusCode::BAD_REQUEST, format!("older_than: {e}"))
-        })?;
+        let older_than = parse_duration(&request.older_than)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("older_than: {e}")))?;
         let store = Store::for_table(d.pool.clone(), table)?;
         let mut total: u64 = 0;
         // Bounded batches, like `outbox purge`: each statement holds its locks briefly.

@@ -62,16 +62,19 @@ pub(crate) async fn run_command(
     config: DashboardConfig,
     out: &mut (dyn Write + Send),
 ) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
-        std::io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}"))
-    })?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}")))?;
     let address = listener.local_addr()?;
     let mode = if config.has_token() {
         "actions enabled (token required)"
     } else {
         "read-only (no token)"
     };
-    let _ = writeln!(out, "dashboard: http://{address}/ ({mode}); Ctrl-C stops it");
+    let _ = writeln!(
+        out,
+        "dashboard: http://{address}/ ({mode}); Ctrl-C stops it"
+    );
     let _ = out.flush();
     super::serve(listener, pool, config, async {
         let _ = tokio::signal::ctrl_c().await;

@@ -410,7 +410,9 @@ async fn api_failures(
         error: q.error,
         limit,
     };
-    Ok(axum::Json(queries::failures(&d.pool, table, &filter).await?))
+    Ok(axum::Json(
+        queries::failures(&d.pool, table, &filter).await?,
+    ))
 }
 
 /// `since` is a time (RFC 3339, or the browser's `YYYY-MM-DDTHH:MM` taken as UTC) or an age

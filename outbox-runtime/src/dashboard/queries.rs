@@ -84,9 +84,9 @@ pub async fn overview(pool: &PgPool, table: &str) -> Result<TableOverview> {
         }
     } else {
         // reltuples counts every row; the open and exhausted ones were just counted exactly.
-        let estimate = reltuples
-            .filter(|r| *r >= 0.0)
-            .map(|r| (r as i64 - gauges.pending - gauges.processing - gauges.exhausted).max(capped));
+        let estimate = reltuples.filter(|r| *r >= 0.0).map(|r| {
+            (r as i64 - gauges.pending - gauges.processing - gauges.exhausted).max(capped)
+        });
         DeliveredCount {
             count: estimate,
             exact: false,
@@ -223,8 +223,17 @@ pub struct FailureRow {
 }
 
 /// Failing and exhausted events, newest change first.
-pub async fn failures(pool: &PgPool, table: &str, filter: &FailureFilter) -> Result<Vec<FailureRow>> {
-    let blank = |s: &Option<String>| s.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
+pub async fn failures(
+    pool: &PgPool,
+    table: &str,
+    filter: &FailureFilter,
+) -> Result<Vec<FailureRow>> {
+    let blank = |s: &Option<String>| {
+        s.as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
     let state = blank(&filter.state);
     if let Some(state) = &state {
         if state != "failing" && state != "exhausted" {
@@ -332,7 +341,12 @@ pub struct EventDetail {
 }
 
 /// One event by id, or `None`.
-pub async fn event(pool: &PgPool, table: &str, event_id: Uuid, show_payload: bool) -> Result<Option<EventDetail>> {
+pub async fn event(
+    pool: &PgPool,
+    table: &str,
+    event_id: Uuid,
+    show_payload: bool,
+) -> Result<Option<EventDetail>> {
     let Some(row) = sqlx::query(statement(sql::EVENT, table))
         .bind(event_id)
         .bind(show_payload)
@@ -396,7 +410,10 @@ fn history(e: &EventDetail, read_at: DateTime<Utc>) -> Vec<HistoryStep> {
     if e.lease_expiries > 0 {
         steps.push(HistoryStep {
             at: None,
-            what: format!("a lease expired {} time(s) (worker crashed or stalled)", e.lease_expiries),
+            what: format!(
+                "a lease expired {} time(s) (worker crashed or stalled)",
+                e.lease_expiries
+            ),
         });
     }
     let now = match e.status.as_str() {
@@ -406,7 +423,10 @@ fn history(e: &EventDetail, read_at: DateTime<Utc>) -> Vec<HistoryStep> {
         },
         "exhausted" => HistoryStep {
             at: e.exhausted_at,
-            what: format!("exhausted after {} of {} attempts", e.attempts, e.max_attempts),
+            what: format!(
+                "exhausted after {} of {} attempts",
+                e.attempts, e.max_attempts
+            ),
         },
         "processing" => HistoryStep {
             at: Some(e.updated_at),
@@ -417,7 +437,9 @@ fn history(e: &EventDetail, read_at: DateTime<Utc>) -> Vec<HistoryStep> {
                     e.max_attempts,
                     (lease - read_at).num_seconds()
                 ),
-                _ => "being delivered, lease expired: recovery will return it to pending".to_owned(),
+                _ => {
+                    "being delivered, lease expired: recovery will return it to pending".to_owned()
+                }
             },
         },
         _ if e.available_at > read_at => HistoryStep {
@@ -431,7 +453,10 @@ fn history(e: &EventDetail, read_at: DateTime<Utc>) -> Vec<HistoryStep> {
         },
         _ => HistoryStep {
             at: Some(e.updated_at),
-            what: format!("pending, claimable now ({} of {} attempts used)", e.attempts, e.max_attempts),
+            what: format!(
+                "pending, claimable now ({} of {} attempts used)",
+                e.attempts, e.max_attempts
+            ),
         },
     };
     steps.push(now);
