@@ -736,7 +736,8 @@ async fn explain_dashboard(pool: &sqlx::PgPool) -> (String, Vec<String>) {
                 .bind(None::<String>)
                 .bind(None::<chrono::DateTime<chrono::Utc>>)
                 .bind(Some("500"))
-                .bind(100_i64),
+                .bind(100_i64)
+                .bind(Some(3_600_000_000_i64)),
             "dashboard/event" => q.bind(uuid::Uuid::new_v4()).bind(false),
             "dashboard/claims" => q.bind(500_i64),
             other => panic!("no EXPLAIN arguments for {other}: add them"),
@@ -811,4 +812,61 @@ async fn one_million_rows_plans_and_load_time() {
         "overview page load on {total} rows (page, assets, config, overview; 5 runs): median {:?}, max {:?}",
         loads[2], loads[4]
     );
+}
+
+#[tokio::test]
+async fn the_command_serves_the_dashboard_until_stopped() {
+    let db = TestDatabase::new().await;
+    scenario(db.pool()).await;
+    // A free port: bind one, read it, release it for the command.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let args = vec![
+        "outbox".to_owned(),
+        "dashboard".to_owned(),
+        "--listen".to_owned(),
+        format!("127.0.0.1:{port}"),
+        "--database-url".to_owned(),
+        db.url(),
+    ];
+    let command = tokio::spawn(async move {
+        let cli = Outbox::new().events(outbox_runtime::generate::compiled_events());
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let exit = cli.run_with(args, &mut out, &mut err).await;
+        (exit, String::from_utf8(err).unwrap())
+    });
+    let config_url = format!("http://127.0.0.1:{port}/api/config");
+    let started = std::time::Instant::now();
+    let config: Value = loop {
+        if command.is_finished() {
+            let (exit, err) = command.await.unwrap();
+            panic!("`outbox dashboard` ended: {exit:?} {err}");
+        }
+        if let Ok(response) = reqwest::get(&config_url).await {
+            break response.json().await.unwrap();
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "`outbox dashboard` did not answer on port {port} within 30 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    // `outbox` and every table the linked events name (DashboardSample: `outbox`).
+    assert_eq!(config["tables"], json!(["outbox"]));
+    assert_eq!(config["read_only"], true);
+    assert_eq!(config["show_payloads"], false);
+    let overview: Value = reqwest::get(format!("http://127.0.0.1:{port}/api/overview"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        table(&overview, "outbox")["exhausted"],
+        count(db.pool(), "exhausted").await
+    );
+    command.abort();
 }

@@ -67,9 +67,9 @@ pub(crate) async fn run_command(
         .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}")))?;
     let address = listener.local_addr()?;
     let mode = if config.has_token() {
-        "actions enabled (token required)"
+        "actions enabled, each needs the token"
     } else {
-        "read-only (no token)"
+        "read-only: no token"
     };
     let _ = writeln!(
         out,

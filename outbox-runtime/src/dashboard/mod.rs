@@ -389,9 +389,9 @@ async fn api_failures(
     Query(q): Query<FailuresParams>,
 ) -> ApiResult<Vec<queries::FailureRow>> {
     let table = d.table(q.table.as_deref())?;
-    let since = match q.since.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
-        None => None,
-        Some(s) => Some(parse_since(s)?),
+    let (since, within) = match q.since.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => (None, None),
+        Some(s) => parse_since(s)?,
     };
     let limit = match q.limit.as_deref().filter(|s| !s.is_empty()) {
         None => None,
@@ -407,6 +407,7 @@ async fn api_failures(
         event_type: q.event_type,
         aggregate: q.aggregate,
         since,
+        within,
         error: q.error,
         limit,
     };
@@ -416,18 +417,21 @@ async fn api_failures(
 }
 
 /// `since` is a time (RFC 3339, or the browser's `YYYY-MM-DDTHH:MM` taken as UTC) or an age
-/// (`30m`, `2h`, `7d`: changed within it).
-fn parse_since(s: &str) -> std::result::Result<chrono::DateTime<chrono::Utc>, ApiError> {
+/// (`30m`, `2h`, `7d`: changed within it, by the database's clock).
+type Since = (
+    Option<chrono::DateTime<chrono::Utc>>,
+    Option<std::time::Duration>,
+);
+
+fn parse_since(s: &str) -> std::result::Result<Since, ApiError> {
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
-        return Ok(t.with_timezone(&chrono::Utc));
+        return Ok((Some(t.with_timezone(&chrono::Utc)), None));
     }
     if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M") {
-        return Ok(t.and_utc());
+        return Ok((Some(t.and_utc()), None));
     }
     if let Ok(age) = crate::cli::parse_duration(s) {
-        let age = chrono::Duration::from_std(age)
-            .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "since: that age is too long"))?;
-        return Ok(chrono::Utc::now() - age);
+        return Ok((None, Some(age)));
     }
     Err(ApiError::new(
         StatusCode::BAD_REQUEST,

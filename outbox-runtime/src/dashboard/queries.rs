@@ -179,8 +179,10 @@ pub struct FailureFilter {
     pub event_type: Option<String>,
     /// Exactly this aggregate id.
     pub aggregate: Option<String>,
-    /// Changed at or after this time (RFC 3339).
+    /// Changed at or after this time.
     pub since: Option<DateTime<Utc>>,
+    /// Changed within this long before the database's `now()`.
+    pub within: Option<std::time::Duration>,
     /// Case-insensitive text the last error contains.
     pub error: Option<String>,
     /// At most this many rows (default 100, at most 1,000).
@@ -251,6 +253,11 @@ pub async fn failures(
         .bind(filter.since)
         .bind(blank(&filter.error))
         .bind(limit)
+        .bind(
+            filter
+                .within
+                .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX)),
+        )
         .fetch_all(pool)
         .await?;
     rows.iter()

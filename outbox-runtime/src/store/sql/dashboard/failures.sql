@@ -3,7 +3,8 @@
 --
 -- Parameters: $1 which text ('failing', 'exhausted' or null for both), $2 event_type text or
 -- null, $3 aggregate_id text or null, $4 changed since timestamptz or null, $5 error text
--- (case-insensitive substring of last_error) or null, $6 limit bigint.
+-- (case-insensitive substring of last_error) or null, $6 limit bigint, $7 changed within this
+-- many microseconds bigint or null (an age, measured by the database clock).
 -- Returns (event_id, event_type, event_version, status, aggregate_type, aggregate_id, attempts,
 -- max_attempts, lease_expiries, handler_failures, last_error, claimed_by, created_at,
 -- updated_at, available_at).
@@ -22,6 +23,7 @@ FROM (
       AND ($2::text IS NULL OR event_type = $2::text)
       AND ($3::text IS NULL OR aggregate_id = $3::text)
       AND ($4::timestamptz IS NULL OR updated_at >= $4::timestamptz)
+      AND ($7::bigint IS NULL OR updated_at >= now() - $7::bigint * interval '1 microsecond')
       AND ($5::text IS NULL OR strpos(lower(last_error), lower($5::text)) > 0)
     UNION ALL
     SELECT event_id, event_type, event_version, status, aggregate_type, aggregate_id, attempts,
@@ -33,6 +35,7 @@ FROM (
       AND ($2::text IS NULL OR event_type = $2::text)
       AND ($3::text IS NULL OR aggregate_id = $3::text)
       AND ($4::timestamptz IS NULL OR updated_at >= $4::timestamptz)
+      AND ($7::bigint IS NULL OR updated_at >= now() - $7::bigint * interval '1 microsecond')
       AND ($5::text IS NULL OR strpos(lower(last_error), lower($5::text)) > 0)
 ) AS failing
 ORDER BY updated_at DESC
