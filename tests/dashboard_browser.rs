@@ -9,6 +9,29 @@
 
 mod dashboard_support;
 
+// The order service example, for the test of what a newcomer sees after
+// `cargo run --example order_service -- --dashboard`.
+#[path = "../examples/order_service/app.rs"]
+#[allow(
+    dead_code,
+    reason = "the example's choice of a NATS URL is not used here"
+)]
+mod app;
+#[path = "../examples/order_service/billing.rs"]
+mod billing;
+#[path = "../examples/order_service/dashboard.rs"]
+#[allow(
+    dead_code,
+    reason = "serve_until_ctrl_c is the example's; the test serves its own"
+)]
+mod dashboard;
+#[path = "../examples/order_service/events.rs"]
+mod events;
+#[path = "../examples/order_service/orders.rs"]
+mod orders;
+#[path = "../examples/order_service/receiver.rs"]
+mod receiver;
+
 use std::net::TcpListener;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -339,5 +362,89 @@ async fn a_retry_from_the_page_needs_the_token_and_moves_the_event_back_to_pendi
         .unwrap();
     wait_text(&client, "#notice", |t| t.contains("pending again")).await;
     wait_status(pool, s.exhausted_note, "pending").await;
+    client.close().await.unwrap();
+}
+
+/// What `cargo run --example order_service -- --dashboard` shows: the example's orders
+/// delivered (some after lost responses were retried), and the two exhausted while the
+/// shipping service was down, with their error.
+#[tokio::test]
+async fn the_example_service_shows_its_delivered_retried_and_exhausted_events() {
+    let db = TestDatabase::new().await;
+    let pool = db.pool();
+    let options = app::Options {
+        orders: 5,
+        nats: app::NatsChoice::Off,
+        lose_responses: 2,
+        keep_stream: false,
+    };
+    let report = tokio::time::timeout(Duration::from_secs(120), app::run(pool, &options))
+        .await
+        .expect("the order service run finished within two minutes")
+        .unwrap();
+    assert!(report.ok(), "{report}");
+    tokio::time::timeout(
+        Duration::from_secs(90),
+        dashboard::exhaust_while_shipping_is_down(pool),
+    )
+    .await
+    .expect("the shipping-down phase finished within 90 s")
+    .unwrap();
+    let served = serve(pool, DashboardConfig::new()).await;
+    let driver = chromedriver().await;
+    let client = browser(&driver).await;
+
+    client.goto(&served.url("/")).await.unwrap();
+    wait_text(
+        &client,
+        "[data-table=\"outbox\"] [data-field=\"delivered\"]",
+        |t| t == "5",
+    )
+    .await;
+    wait_text(
+        &client,
+        "[data-table=\"outbox\"] [data-field=\"exhausted\"]",
+        |t| t == "2",
+    )
+    .await;
+    let bars = client
+        .find_all(Locator::Css("[data-chart=\"delivered\"] rect.bar"))
+        .await
+        .unwrap();
+    assert!(!bars.is_empty(), "the example's deliveries are charted");
+    screenshot(&client, "dashboard-example.png").await;
+
+    // Event types: the retried deliveries and the exhausted ones count as failed attempts.
+    client.goto(&served.url("/#types")).await.unwrap();
+    let row = "#types-table tr[data-type=\"order.confirmed\"]";
+    wait_text(&client, &format!("{row} [data-field=\"exhausted\"]"), |t| {
+        t == "2"
+    })
+    .await;
+    let failed: i64 = sqlx::query_scalar(
+        "SELECT sum(handler_failures + lease_expiries) FROM outbox WHERE event_type = 'order.confirmed'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert!(
+        failed >= 2 + 2 * 3,
+        "two lost responses retried, two events failed three times: {failed}"
+    );
+
+    client.goto(&served.url("/#failures")).await.unwrap();
+    wait_text(&client, "#failures-table tbody", |t| {
+        t.matches("exhausted").count() == 2
+    })
+    .await;
+    let errors = client
+        .find_all(Locator::Css("#failures-table [data-field=\"last-error\"]"))
+        .await
+        .unwrap();
+    assert_eq!(errors.len(), 2);
+    for e in errors {
+        let text = e.text().await.unwrap();
+        assert!(text.contains("cannot connect"), "{text}");
+    }
     client.close().await.unwrap();
 }
