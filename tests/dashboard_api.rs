@@ -37,7 +37,7 @@ fn table<'a>(overview: &'a Value, name: &str) -> &'a Value {
 async fn overview_counts_match_the_database() {
     let db = TestDatabase::new().await;
     let pool = db.pool();
-    scenario(pool).await;
+    let s = scenario(pool).await;
     let served = serve(pool, DashboardConfig::new()).await;
 
     let (status, overview) = get(&served, "api/overview").await;
@@ -51,6 +51,17 @@ async fn overview_counts_match_the_database() {
         outbox["delivered"],
         json!({"count": count(pool, "delivered").await, "exact": true, "at_least": 6})
     );
+    // The "why": the failing and exhausted events, newest change first.
+    let latest: Vec<&str> = outbox["latest_failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["event_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(latest.len(), 4, "{latest:?}");
+    for id in [s.exhausted_note, s.exhausted_note_2, s.hostile, s.failing] {
+        assert!(latest.contains(&id.to_string().as_str()), "{id} missing");
+    }
     // The oldest pending event was written (and became claimable) 120 s ago.
     let age = outbox["oldest_pending_age_seconds"].as_f64().unwrap();
     assert!((119.0..200.0).contains(&age), "{age}");

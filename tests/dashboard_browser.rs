@@ -200,6 +200,25 @@ async fn the_overview_and_failures_show_the_database_and_hostile_text_stays_text
         .await
         .unwrap();
     assert!(!bars.is_empty(), "the delivered-per-minute chart has bars");
+    // The overview's latest failures hold the hostile text too: as text.
+    let error = wait_text(
+        &client,
+        &format!(
+            "[data-table=\"outbox\"] tr[data-event-id=\"{}\"] [data-field=\"last-error\"]",
+            s.hostile
+        ),
+        |t| !t.is_empty(),
+    )
+    .await;
+    assert_eq!(error, HOSTILE_ERROR);
+    let injected = client
+        .find_all(Locator::Css("main script, main img, main b, main i"))
+        .await
+        .unwrap();
+    assert!(
+        injected.is_empty(),
+        "database text became markup on the overview"
+    );
     screenshot(&client, "dashboard-overview.png").await;
 
     // The page refreshes by itself: a new pending row shows up without reloading.

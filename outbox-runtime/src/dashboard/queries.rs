@@ -63,7 +63,13 @@ pub struct TableOverview {
     pub oldest_pending_age_seconds: Option<f64>,
     /// The last hour, minute by minute, oldest first.
     pub last_hour: Vec<Minute>,
+    /// The [`LATEST_FAILURES`] most recently changed failing or exhausted events: the "why"
+    /// next to the numbers.
+    pub latest_failures: Vec<FailureRow>,
 }
+
+/// How many failing or exhausted events the overview lists per table.
+pub const LATEST_FAILURES: i64 = 5;
 
 /// The overview of one table.
 pub async fn overview(pool: &PgPool, table: &str) -> Result<TableOverview> {
@@ -106,6 +112,11 @@ pub async fn overview(pool: &PgPool, table: &str) -> Result<TableOverview> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
+    let latest = FailureFilter {
+        limit: Some(LATEST_FAILURES),
+        ..FailureFilter::default()
+    };
+    let latest_failures = failures(pool, table, &latest).await?;
     Ok(TableOverview {
         table: table.to_owned(),
         pending: gauges.pending,
@@ -114,6 +125,7 @@ pub async fn overview(pool: &PgPool, table: &str) -> Result<TableOverview> {
         exhausted: gauges.exhausted,
         oldest_pending_age_seconds: gauges.oldest_pending_age.map(|d| d.as_secs_f64()),
         last_hour,
+        latest_failures,
     })
 }
 

@@ -240,6 +240,16 @@ function renderOverview(data) {
           confirmAction(`Delete every delivered event older than ${older} from ${t.table}?`, "api/actions/purge", { older_than: older, table: t.table });
         },
       }));
+    const latest = t.latest_failures.length === 0
+      ? el("p", { class: "empty", text: "No failing or exhausted events." })
+      : el("table", { class: "latest" },
+        el("thead", {}, el("tr", {}, ...["latest failures", "type", "status", "attempts", "last error"].map((h) => el("th", { text: h })))),
+        el("tbody", {}, ...t.latest_failures.map((r) => el("tr", { "data-event-id": r.event_id },
+          el("td", {}, eventLink(r.event_id)),
+          el("td", { "data-field": "type", text: `${r.event_type} v${r.event_version}` }),
+          el("td", { class: r.status === "exhausted" ? "bad" : "", text: r.status }),
+          el("td", { text: `${r.attempts} / ${r.max_attempts}` }),
+          el("td", { class: "error", "data-field": "last-error", text: r.last_error || "" })))));
     return el("article", { class: "table-card", "data-table": t.table },
       el("h2", {}, "table ", el("code", { text: t.table })),
       el("div", { class: "stats" },
@@ -255,6 +265,7 @@ function renderOverview(data) {
         el("figure", {},
           el("figcaption", { text: "enqueue-to-delivery lag, last hour" }),
           lagChart(t.last_hour))),
+      latest,
       purge);
   });
   root.replaceChildren(...cards);
