@@ -881,3 +881,88 @@ async fn the_command_serves_the_dashboard_until_stopped() {
     );
     command.abort();
 }
+
+/// Log lines captured from the `tracing` subscriber of this test's thread.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+#[tokio::test]
+async fn every_action_attempt_is_logged_with_who_and_what() {
+    // The test runtime has one thread, where the server's tasks run too: a thread-local
+    // subscriber sees their events.
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let db = TestDatabase::new().await;
+    let pool = db.pool();
+    let s = scenario(pool).await;
+    let served = serve(
+        pool,
+        DashboardConfig::new().with_token(Some("s3cret".into())),
+    )
+    .await;
+    let retry = json!({"event_id": s.exhausted_note});
+    let (status, _) = post(
+        &served,
+        "api/actions/retry",
+        retry.clone(),
+        &[("x-outbox-operator", "mallory")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = post(
+        &served,
+        "api/actions/retry",
+        retry,
+        &[
+            ("authorization", "Bearer s3cret"),
+            ("x-outbox-operator", "ana"),
+        ],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+
+    let log = captured.text();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("dashboard action"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    let id = s.exhausted_note.to_string();
+    assert!(
+        lines[0].contains("mallory") && lines[0].contains("refused") && lines[0].contains(&id),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].contains("operator=ana")
+            && lines[1].contains("done: event")
+            && lines[1].contains(&id)
+            && lines[1].contains("peer=127.0.0.1:"),
+        "{}",
+        lines[1]
+    );
+    // The token itself is never logged.
+    assert!(!log.contains("s3cret"), "{log}");
+}
