@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo run --example order_service
+//! cargo run --example order_service -- --dashboard   # then open the printed address
 //! ```
 //!
 //! Confirming an order updates it with an optimistic version check and enqueues
@@ -15,9 +16,14 @@
 //! Needs only PostgreSQL, found like the tests find it (`DATABASE_URL`, else 127.0.0.1:5432,
 //! else a throwaway server from the local PostgreSQL binaries). It works in a database of its
 //! own, dropped at exit (`OUTBOX_KEEP_TEST_DB=1` keeps it).
+//!
+//! With `--dashboard` it then confirms two more orders while the shipping service is down (they
+//! are exhausted after three attempts) and serves the operator dashboard on that database until
+//! Ctrl-C, printing its address and an action token.
 
 mod app;
 mod billing;
+mod dashboard;
 mod events;
 mod orders;
 mod receiver;
@@ -45,6 +51,13 @@ struct Args {
     /// Keep the JetStream stream this run creates.
     #[arg(long)]
     keep_stream: bool,
+    /// After the run, exhaust two events on purpose and serve the operator dashboard until
+    /// Ctrl-C.
+    #[arg(long)]
+    dashboard: bool,
+    /// Where the dashboard listens (loopback).
+    #[arg(long, default_value = outbox_runtime::dashboard::DEFAULT_LISTEN)]
+    listen: std::net::SocketAddr,
 }
 
 #[tokio::main]
@@ -78,6 +91,16 @@ async fn main() -> std::process::ExitCode {
     match app::run(db.pool(), &options).await {
         Ok(report) => {
             println!("{report}");
+            if args.dashboard {
+                let shown = async {
+                    dashboard::exhaust_while_shipping_is_down(db.pool()).await?;
+                    dashboard::serve_until_ctrl_c(db.pool(), args.listen).await
+                };
+                if let Err(e) = shown.await {
+                    eprintln!("order_service: dashboard: {e}");
+                    return std::process::ExitCode::FAILURE;
+                }
+            }
             if report.ok() {
                 std::process::ExitCode::SUCCESS
             } else {

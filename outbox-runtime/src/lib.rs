@@ -19,6 +19,8 @@
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod contract;
+#[cfg(feature = "dashboard")]
+pub mod dashboard;
 pub mod delivery;
 pub mod dispatcher;
 pub mod error;

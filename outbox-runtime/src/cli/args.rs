@@ -69,6 +69,9 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 1000)]
         batch: i64,
     },
+    /// Serve the operator dashboard (a web page and its JSON endpoints) until Ctrl-C.
+    #[cfg(feature = "dashboard")]
+    Dashboard(crate::dashboard::DashboardArgs),
     /// Print least-privilege GRANT statements for an enqueuer role and a worker role.
     Grants {
         /// Role services connect as to enqueue.

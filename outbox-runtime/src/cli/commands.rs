@@ -97,6 +97,8 @@ pub(crate) async fn execute(cli: Cli, mut cx: Context<'_>) -> Exit {
             tables,
             inbox_consumers,
         } => grants(&mut cx, &enqueuer, &worker, &tables, &inbox_consumers),
+        #[cfg(feature = "dashboard")]
+        Command::Dashboard(args) => dashboard(&mut cx, url, &args).await,
     };
     match result {
         Ok(exit) => exit,
@@ -463,5 +465,25 @@ fn grants(
         let consumers: Vec<&str> = inbox_consumers.iter().map(String::as_str).collect();
         let _ = write!(cx.out, "\n{}", generate::inbox_grants_sql(&consumers)?);
     }
+    Ok(Exit::Ok)
+}
+
+#[cfg(feature = "dashboard")]
+async fn dashboard(
+    cx: &mut Context<'_>,
+    url: Option<String>,
+    args: &crate::dashboard::DashboardArgs,
+) -> Outcome {
+    let tables = tables_or_default(cx, &args.tables)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let config = args
+        .config(tables, cx.events)
+        .map_err(|e| Failure::new(Exit::Usage, e))?;
+    let pool = connect(url).await?;
+    crate::dashboard::run_command(pool, args.listen, config, cx.out)
+        .await
+        .map_err(|e| Failure::new(Exit::Failed, e.to_string()))?;
     Ok(Exit::Ok)
 }

@@ -71,6 +71,34 @@ pub(crate) const LIST_EVENTS: &str = include_str!("sql/list_events.sql");
 /// Delayed pending events made claimable now (the test kit's drain).
 pub(crate) const MAKE_DELAYED_DUE: &str = include_str!("sql/make_delayed_due.sql");
 
+/// The operator dashboard's reads (`outbox_runtime::dashboard`), one file each under
+/// `sql/dashboard/`, with the same table placeholder. Its actions (retry, purge) run the store's
+/// own statements above.
+pub mod dashboard {
+    /// Delivered rows counted up to a cap, and the planner's row count of the table.
+    pub const DELIVERED_COUNT: &str = include_str!("sql/dashboard/delivered_count.sql");
+    /// Deliveries and enqueue-to-delivery lag per minute over the last hour.
+    pub const THROUGHPUT: &str = include_str!("sql/dashboard/throughput.sql");
+    /// Rows by status, failures and last failure per event type and version.
+    pub const EVENT_TYPES: &str = include_str!("sql/dashboard/event_types.sql");
+    /// Failing and exhausted events, filtered.
+    pub const FAILURES: &str = include_str!("sql/dashboard/failures.sql");
+    /// One event's row.
+    pub const EVENT: &str = include_str!("sql/dashboard/event.sql");
+    /// The live claims.
+    pub const CLAIMS: &str = include_str!("sql/dashboard/claims.sql");
+
+    /// Every dashboard statement with its name (for EXPLAIN, like [`super::STATEMENTS`]).
+    pub const STATEMENTS: &[(&str, &str)] = &[
+        ("dashboard/delivered_count", DELIVERED_COUNT),
+        ("dashboard/throughput", THROUGHPUT),
+        ("dashboard/event_types", EVENT_TYPES),
+        ("dashboard/failures", FAILURES),
+        ("dashboard/event", EVENT),
+        ("dashboard/claims", CLAIMS),
+    ];
+}
+
 /// Every statement template with its name (used by the EXPLAIN test in `tests/store_schema.rs`;
 /// render one with `template.replace(TABLE_PLACEHOLDER, table)`).
 pub const STATEMENTS: &[(&str, &str)] = &[
@@ -376,6 +404,7 @@ mod tests {
     fn every_statement_names_the_table_only_through_the_placeholder() {
         for (name, sql) in STATEMENTS
             .iter()
+            .chain(dashboard::STATEMENTS.iter())
             .chain([("create_table", CREATE_TABLE)].iter())
         {
             // The wake-up names no table: its channel is a parameter. The aggregate lock takes

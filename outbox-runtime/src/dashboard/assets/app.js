@@ -1,0 +1,483 @@
+// The outbox dashboard's page. Plain JavaScript, no build step, nothing fetched from elsewhere.
+//
+// Every value from the database is written into the page as text (text nodes, textContent,
+// attributes set one by one), never parsed as markup: an event type or an error holding
+// <script> shows as those characters. The Content-Security-Policy forbids inline script anyway.
+//
+// The action token lives in this tab's memory (the password field) and travels only in the
+// Authorization header of an action's request: never in a cookie, so no other site can make
+// the browser send it.
+"use strict";
+
+const state = {
+  config: null,
+  table: null,
+  view: "overview",
+  eventId: null,
+  timer: null,
+};
+
+// ---- small helpers -------------------------------------------------------------------------
+
+/** An element with attributes and children; string children become text nodes. */
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "text") node.textContent = String(value);
+    else if (key === "onclick") node.addEventListener("click", value);
+    else node.setAttribute(key, String(value));
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(typeof child === "string" || typeof child === "number" ? String(child) : child);
+  }
+  return node;
+}
+
+function svg(tag, attrs) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, String(value));
+  return node;
+}
+
+function fmtAge(seconds) {
+  if (seconds === null || seconds === undefined) return "-";
+  const s = Math.max(0, seconds);
+  if (s < 1) return s.toFixed(2) + " s";
+  if (s < 120) return s.toFixed(0) + " s";
+  if (s < 7200) return (s / 60).toFixed(0) + " min";
+  if (s < 172800) return (s / 3600).toFixed(1) + " h";
+  return (s / 86400).toFixed(1) + " d";
+}
+
+function fmtTime(iso) {
+  if (!iso) return "-";
+  const d = new Date(iso);
+  return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+
+function fmtCount(n) {
+  return n === null || n === undefined ? "-" : Number(n).toLocaleString("en-US");
+}
+
+function replaceRows(tbody, rows) {
+  tbody.replaceChildren(...rows);
+}
+
+function eventLink(id) {
+  return el("a", { href: "#event/" + encodeURIComponent(id), class: "mono", "data-event-id": id, text: id });
+}
+
+function notice(text, kind) {
+  const box = document.getElementById("notice");
+  box.textContent = text;
+  box.className = kind || "info";
+  box.hidden = false;
+}
+
+async function getJson(path, params) {
+  const url = new URL(path, document.baseURI);
+  for (const [k, v] of Object.entries(params || {})) {
+    if (v !== null && v !== undefined && v !== "") url.searchParams.set(k, v);
+  }
+  const response = await fetch(url, { headers: { Accept: "application/json" } });
+  const body = await response.json().catch(() => ({ error: "the server's answer is not JSON" }));
+  if (!response.ok) throw new Error(body.error || response.statusText);
+  return body;
+}
+
+// ---- actions -------------------------------------------------------------------------------
+
+/** Ask for confirmation in the page, then send the action with the token. */
+function confirmAction(question, path, payload) {
+  const bar = document.getElementById("confirm");
+  document.getElementById("confirm-text").textContent = question;
+  bar.hidden = false;
+  const yes = document.getElementById("confirm-yes");
+  const no = document.getElementById("confirm-no");
+  const close = () => {
+    bar.hidden = true;
+    yes.onclick = null;
+    no.onclick = null;
+  };
+  no.onclick = close;
+  yes.onclick = async () => {
+    close();
+    await sendAction(path, payload);
+  };
+}
+
+async function sendAction(path, payload) {
+  const token = document.getElementById("token").value.trim();
+  const operator = document.getElementById("operator").value.trim();
+  const headers = { "Content-Type": "application/json", Accept: "application/json" };
+  // An empty token is still sent as a request, so the server says what is missing.
+  if (token) headers.Authorization = "Bearer " + token;
+  if (operator) headers["X-Outbox-Operator"] = operator;
+  try {
+    const response = await fetch(new URL(path, document.baseURI), {
+      method: "POST",
+      headers,
+      body: JSON.stringify(Object.assign({ table: state.table }, payload)),
+    });
+    const body = await response.json().catch(() => ({ error: response.statusText }));
+    if (!response.ok) {
+      notice("refused: " + (body.error || response.statusText), "error");
+    } else {
+      notice(body.message || "done", "ok");
+    }
+  } catch (e) {
+    notice("the action did not reach the dashboard: " + e.message, "error");
+  }
+  await refresh();
+}
+
+function actionButton(label, question, path, payload) {
+  if (!state.config || state.config.read_only) return null;
+  return el("button", {
+    type: "button",
+    class: "action",
+    text: label,
+    onclick: () => confirmAction(question, path, payload),
+  });
+}
+
+// ---- views ---------------------------------------------------------------------------------
+
+function barChart(points, valueOf, title, unit, testid) {
+  const width = 600;
+  const height = 120;
+  const pad = 24;
+  const values = points.map(valueOf);
+  const max = Math.max(1, ...values.filter((v) => v !== null && v !== undefined));
+  const chart = svg("svg", { viewBox: `0 0 ${width} ${height + pad}`, class: "chart", role: "img", "data-chart": testid });
+  const label = svg("title", {});
+  label.textContent = title;
+  chart.append(label);
+  const step = width / Math.max(1, points.length);
+  values.forEach((v, i) => {
+    if (v === null || v === undefined || v === 0) return;
+    const h = (v / max) * (height - 8);
+    const bar = svg("rect", { x: (i * step + 1).toFixed(1), y: (height - h).toFixed(1), width: Math.max(1, step - 2).toFixed(1), height: h.toFixed(1), class: "bar" });
+    const tip = svg("title", {});
+    tip.textContent = `${fmtTime(points[i].minute)}: ${unit(v)}`;
+    bar.append(tip);
+    chart.append(bar);
+  });
+  const axis = svg("text", { x: 0, y: height + 16, class: "axis" });
+  axis.textContent = `-60 min … now; max ${unit(max)}`;
+  chart.append(axis);
+  return chart;
+}
+
+function lagChart(points) {
+  const width = 600;
+  const height = 120;
+  const pad = 24;
+  const p95 = points.map((p) => p.lag_p95_seconds);
+  const max = Math.max(0.001, ...p95.filter((v) => v !== null));
+  const chart = svg("svg", { viewBox: `0 0 ${width} ${height + pad}`, class: "chart", role: "img", "data-chart": "lag" });
+  const label = svg("title", {});
+  label.textContent = "enqueue-to-delivery lag per minute, median and 95th percentile";
+  chart.append(label);
+  const step = width / Math.max(1, points.length);
+  for (const [key, cls] of [["lag_p95_seconds", "p95"], ["lag_p50_seconds", "p50"]]) {
+    let d = "";
+    points.forEach((p, i) => {
+      const v = p[key];
+      if (v === null || v === undefined) return;
+      const x = (i * step + step / 2).toFixed(1);
+      const y = (height - (v / max) * (height - 8)).toFixed(1);
+      d += (d === "" ? "M" : "L") + x + " " + y + " ";
+      const dot = svg("circle", { cx: x, cy: y, r: 2.5, class: cls });
+      const tip = svg("title", {});
+      tip.textContent = `${fmtTime(p.minute)}: ${cls} ${fmtAge(v)}`;
+      dot.append(tip);
+      chart.append(dot);
+    });
+    if (d) chart.append(svg("path", { d, class: "line " + cls }));
+  }
+  const axis = svg("text", { x: 0, y: height + 16, class: "axis" });
+  axis.textContent = `-60 min … now; max p95 ${fmtAge(max)}; dots: median (dark), p95 (light)`;
+  chart.append(axis);
+  return chart;
+}
+
+function stat(label, value, field, extra) {
+  return el("div", { class: "stat " + (extra || "") },
+    el("div", { class: "stat-label", text: label }),
+    el("div", { class: "stat-value", "data-field": field, text: value }));
+}
+
+function renderOverview(data) {
+  const root = document.getElementById("overview-tables");
+  // Keep what the operator is typing: skip this refresh while an input of the view has the
+  // focus, and carry typed values over to the new cards.
+  if (root.contains(document.activeElement) && document.activeElement.tagName === "INPUT") return;
+  const typed = {};
+  for (const input of root.querySelectorAll("article[data-table] input[name=older_than]")) {
+    typed[input.closest("article").dataset.table] = input.value;
+  }
+  const cards = data.tables.map((t) => {
+    const delivered = t.delivered.exact
+      ? fmtCount(t.delivered.count)
+      : t.delivered.count === null
+        ? "> " + fmtCount(t.delivered.at_least)
+        : "≈ " + fmtCount(t.delivered.count);
+    const deliveredLabel = t.delivered.exact ? "delivered (kept)" : "delivered (estimate)";
+    const lastHour = t.last_hour.reduce((n, m) => n + m.delivered, 0);
+    const stuck = t.oldest_pending_age_seconds !== null && t.oldest_pending_age_seconds > 60;
+    const purge = state.config.read_only ? null : el("form", { class: "purge" },
+      el("label", {}, "purge delivered older than ", el("input", { type: "text", name: "older_than", value: typed[t.table] || "7d", size: 5 })),
+      el("button", {
+        type: "button",
+        class: "action",
+        text: "Purge",
+        onclick: (ev) => {
+          const older = ev.target.form.elements.older_than.value.trim();
+          state.table = t.table;
+          confirmAction(`Delete every delivered event older than ${older} from ${t.table}?`, "api/actions/purge", { older_than: older, table: t.table });
+        },
+      }));
+    const latest = t.latest_failures.length === 0
+      ? el("p", { class: "empty", text: "No failing or exhausted events." })
+      : el("table", { class: "latest" },
+        el("thead", {}, el("tr", {}, ...["latest failures", "type", "status", "attempts", "last error"].map((h) => el("th", { text: h })))),
+        el("tbody", {}, ...t.latest_failures.map((r) => el("tr", { "data-event-id": r.event_id },
+          el("td", {}, eventLink(r.event_id)),
+          el("td", { "data-field": "type", text: `${r.event_type} v${r.event_version}` }),
+          el("td", { class: r.status === "exhausted" ? "bad" : "", text: r.status }),
+          el("td", { text: `${r.attempts} / ${r.max_attempts}` }),
+          el("td", { class: "error", "data-field": "last-error", text: r.last_error || "" })))));
+    return el("article", { class: "table-card", "data-table": t.table },
+      el("h2", {}, "table ", el("code", { text: t.table })),
+      el("div", { class: "stats" },
+        stat("pending", fmtCount(t.pending), "pending"),
+        stat("processing", fmtCount(t.processing), "processing"),
+        stat(deliveredLabel, delivered, "delivered"),
+        stat("exhausted", fmtCount(t.exhausted), "exhausted", t.exhausted > 0 ? "bad" : ""),
+        stat("oldest pending waits", fmtAge(t.oldest_pending_age_seconds), "oldest-pending-age", stuck ? "bad" : "")),
+      el("div", { class: "charts" },
+        el("figure", {},
+          el("figcaption", { text: `delivered per minute, last hour (${fmtCount(lastHour)} in all)` }),
+          barChart(t.last_hour, (m) => m.delivered, "events delivered per minute over the last hour", (v) => `${fmtCount(v)} delivered`, "delivered")),
+        el("figure", {},
+          el("figcaption", { text: "enqueue-to-delivery lag, last hour" }),
+          lagChart(t.last_hour))),
+      latest,
+      purge);
+  });
+  root.replaceChildren(...cards);
+}
+
+function renderTypes(rows) {
+  const tbody = document.querySelector("#types-table tbody");
+  replaceRows(tbody, rows.map((r) => el("tr", { "data-type": r.event_type },
+    el("td", { text: r.event_type }),
+    el("td", { text: r.event_version }),
+    el("td", { "data-field": "pending", text: fmtCount(r.pending) }),
+    el("td", { "data-field": "processing", text: fmtCount(r.processing) }),
+    el("td", { "data-field": "delivered", text: fmtCount(r.delivered_last_hour) }),
+    el("td", { "data-field": "exhausted", class: r.exhausted > 0 ? "bad" : "", text: fmtCount(r.exhausted) }),
+    el("td", { text: fmtCount(r.failures) }),
+    el("td", { text: r.failure_rate === null ? "-" : (r.failure_rate * 100).toFixed(1) + " %" }),
+    el("td", { text: fmtTime(r.last_failure_at) }),
+    el("td", { class: "error", text: r.last_error || "" }),
+    el("td", {},
+      el("a", { href: "#failures", onclick: () => setFilter({ type: r.event_type }) }, "failures"),
+      r.exhausted > 0 ? actionButton("Retry exhausted", `Retry all ${r.exhausted} exhausted events of type ${r.event_type}?`, "api/actions/retry-type", { event_type: r.event_type }) : null))));
+}
+
+function filterValues() {
+  const form = document.getElementById("failure-filter");
+  const out = {};
+  for (const name of ["state", "type", "aggregate", "since", "error"]) out[name] = form.elements[name].value.trim();
+  return out;
+}
+
+function setFilter(values) {
+  const form = document.getElementById("failure-filter");
+  for (const name of ["state", "type", "aggregate", "since", "error"]) form.elements[name].value = values[name] || "";
+}
+
+function renderFailures(rows) {
+  const tbody = document.querySelector("#failures-table tbody");
+  document.getElementById("failures-empty").hidden = rows.length > 0;
+  replaceRows(tbody, rows.map((r) => el("tr", { "data-event-id": r.event_id, "data-status": r.status },
+    el("td", {}, eventLink(r.event_id)),
+    el("td", { "data-field": "type", text: `${r.event_type} v${r.event_version}` }),
+    el("td", { "data-field": "status", class: r.status === "exhausted" ? "bad" : "", text: r.status }),
+    el("td", { text: r.aggregate_id === null ? "-" : `${r.aggregate_type || ""} ${r.aggregate_id}` }),
+    el("td", { text: `${r.attempts} / ${r.max_attempts}` }),
+    el("td", { text: r.lease_expiries }),
+    el("td", { text: r.handler_failures }),
+    el("td", { class: "error", "data-field": "last-error", text: r.last_error || "" }),
+    el("td", { "data-field": "claimed-by", text: r.claimed_by || "-" }),
+    el("td", { text: fmtTime(r.updated_at) }),
+    el("td", {}, r.status === "exhausted"
+      ? actionButton("Retry", `Retry event ${r.event_id} (${r.event_type})?`, "api/actions/retry", { event_id: r.event_id })
+      : null))));
+  const type = filterValues().type;
+  const button = document.getElementById("retry-type");
+  button.hidden = state.config.read_only || !type;
+  button.textContent = `Retry all exhausted of type ${type}`;
+}
+
+function renderClaims(rows) {
+  document.getElementById("claims-empty").hidden = rows.length > 0;
+  const workers = new Map();
+  for (const r of rows) {
+    const w = workers.get(r.claimed_by) || { n: 0, min: Infinity, max: -Infinity, expired: 0 };
+    w.n += 1;
+    w.min = Math.min(w.min, r.lease_remaining_seconds);
+    w.max = Math.max(w.max, r.lease_remaining_seconds);
+    if (r.lease_remaining_seconds <= 0) w.expired += 1;
+    workers.set(r.claimed_by, w);
+  }
+  replaceRows(document.querySelector("#workers-table tbody"), [...workers.entries()].map(([name, w]) => el("tr", { "data-worker": name || "" },
+    el("td", { text: name || "-" }),
+    el("td", { "data-field": "claims", text: w.n }),
+    el("td", { text: fmtAge(w.min) }),
+    el("td", { text: fmtAge(w.max) }),
+    el("td", { class: w.expired > 0 ? "bad" : "", text: w.expired }))));
+  replaceRows(document.querySelector("#claims-table tbody"), rows.map((r) => el("tr", { "data-event-id": r.event_id },
+    el("td", {}, eventLink(r.event_id)),
+    el("td", { text: `${r.event_type} v${r.event_version}` }),
+    el("td", { text: r.claimed_by || "-" }),
+    el("td", { text: r.attempts }),
+    el("td", { text: r.claim_version }),
+    el("td", { class: r.lease_remaining_seconds <= 0 ? "bad" : "", text: r.lease_remaining_seconds <= 0 ? "expired " + fmtAge(-r.lease_remaining_seconds) + " ago" : fmtAge(r.lease_remaining_seconds) }))));
+}
+
+function renderContracts(rows) {
+  const words = {
+    ok: "compiled here, same shape",
+    mismatch: "compiled here with ANOTHER shape: workers refuse to start",
+    not_compiled: "not compiled here: this binary cannot decode it",
+    unregistered: "compiled here, not registered (no generated migration applied)",
+  };
+  replaceRows(document.querySelector("#contracts-table tbody"), rows.map((r) => el("tr", { "data-contract": `${r.event_type} v${r.event_version}` },
+    el("td", { text: r.event_type }),
+    el("td", { text: r.event_version }),
+    el("td", { class: "mono", text: r.registered_fingerprint ? r.registered_fingerprint.slice(0, 16) + "…" : "-" }),
+    el("td", { text: r.compiled_fingerprint ? "yes" : "no" }),
+    el("td", { class: r.state === "ok" ? "" : "bad", "data-field": "state", text: words[r.state] || r.state }))));
+}
+
+function renderEvent(e) {
+  document.getElementById("event-id").textContent = e.event_id;
+  const facts = [
+    ["status", e.status],
+    ["type", `${e.event_type} v${e.event_version}`],
+    ["operation key", e.operation_key],
+    ["aggregate", e.aggregate_id === null ? "-" : `${e.aggregate_type || ""} ${e.aggregate_id} (version ${e.aggregate_version ?? "-"})`],
+    ["attempts", `${e.attempts} / ${e.max_attempts}`],
+    ["lease expiries", e.lease_expiries],
+    ["handler failures", e.handler_failures],
+    ["last claim by", e.claimed_by || "-"],
+    ["claims (fencing token)", e.claim_version],
+    ["lease until", fmtTime(e.lease_until)],
+    ["available at", fmtTime(e.available_at)],
+    ["written", fmtTime(e.created_at)],
+    ["last change", fmtTime(e.updated_at)],
+    ["delivered", fmtTime(e.delivered_at)],
+    ["exhausted", fmtTime(e.exhausted_at)],
+  ];
+  const dl = el("dl", { class: "facts" });
+  for (const [k, v] of facts) dl.append(el("dt", { text: k }), el("dd", { "data-field": k, text: String(v) }));
+  const history = el("ol", { class: "history" }, ...e.history.map((h) => el("li", {}, el("span", { class: "when", text: h.at ? fmtTime(h.at) : "" }), " ", h.what)));
+  const payload = e.payload_shown
+    ? el("pre", { class: "json", "data-field": "payload", text: JSON.stringify(e.payload, null, 2) })
+    : el("p", { class: "hidden-payload", "data-field": "payload", text: "payload hidden (start the dashboard with --show-payloads to see payloads; they can hold personal data)" });
+  const retry = e.status === "exhausted"
+    ? actionButton("Retry this event", `Retry event ${e.event_id} (${e.event_type})?`, "api/actions/retry", { event_id: e.event_id })
+    : null;
+  document.getElementById("event-body").replaceChildren(
+    dl,
+    el("h3", { text: "last error" }),
+    el("pre", { class: "error", "data-field": "last-error", text: e.last_error || "-" }),
+    el("h3", { text: "history (as far as the row tells it)" }),
+    history,
+    el("h3", { text: "headers" }),
+    el("pre", { class: "json", "data-field": "headers", text: JSON.stringify(e.headers, null, 2) }),
+    el("h3", { text: "payload" }),
+    payload,
+    retry);
+}
+
+// ---- navigation and refresh ----------------------------------------------------------------
+
+function route() {
+  const hash = decodeURIComponent(location.hash.replace(/^#/, ""));
+  if (hash.startsWith("event/")) {
+    state.view = "event";
+    state.eventId = hash.slice("event/".length);
+  } else {
+    state.view = ["overview", "types", "failures", "claims", "contracts"].includes(hash) ? hash : "overview";
+  }
+  for (const section of document.querySelectorAll(".view")) section.hidden = section.id !== "view-" + state.view;
+  for (const a of document.querySelectorAll("#tabs a")) a.classList.toggle("current", a.dataset.view === state.view);
+  refresh();
+}
+
+let refreshing = false;
+async function refresh() {
+  if (refreshing) return;
+  refreshing = true;
+  const table = state.table;
+  try {
+    if (state.view === "overview") renderOverview(await getJson("api/overview"));
+    else if (state.view === "types") renderTypes(await getJson("api/types", { table }));
+    else if (state.view === "failures") renderFailures(await getJson("api/failures", Object.assign({ table }, filterValues())));
+    else if (state.view === "claims") renderClaims(await getJson("api/claims", { table }));
+    else if (state.view === "contracts") renderContracts(await getJson("api/contracts"));
+    else if (state.view === "event") renderEvent(await getJson("api/events/" + encodeURIComponent(state.eventId), { table }));
+    const updated = document.getElementById("updated");
+    updated.textContent = "updated " + new Date().toLocaleTimeString() + `, every ${state.config.refresh_seconds} s`;
+    updated.classList.remove("bad");
+  } catch (e) {
+    const updated = document.getElementById("updated");
+    updated.textContent = "refresh failed: " + e.message;
+    updated.classList.add("bad");
+  } finally {
+    refreshing = false;
+  }
+}
+
+async function start() {
+  try {
+    state.config = await getJson("api/config");
+  } catch (e) {
+    notice("cannot read the dashboard's configuration: " + e.message, "error");
+    return;
+  }
+  const select = document.getElementById("table");
+  select.replaceChildren(...state.config.tables.map((t) => el("option", { value: t, text: t })));
+  state.table = state.config.tables[0];
+  select.addEventListener("change", () => {
+    state.table = select.value;
+    refresh();
+  });
+  const mode = document.getElementById("mode");
+  if (state.config.read_only) {
+    mode.textContent = "read-only: started without a token, actions are off";
+    mode.classList.add("read-only");
+  } else {
+    mode.textContent = "actions enabled: each needs the token";
+    document.getElementById("auth").hidden = false;
+  }
+  document.getElementById("failure-filter").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    refresh();
+  });
+  document.getElementById("retry-type").addEventListener("click", () => {
+    const type = filterValues().type;
+    confirmAction(`Retry every exhausted event of type ${type}?`, "api/actions/retry-type", { event_type: type });
+  });
+  window.addEventListener("hashchange", route);
+  route();
+  state.timer = setInterval(refresh, state.config.refresh_seconds * 1000);
+}
+
+document.addEventListener("DOMContentLoaded", start);

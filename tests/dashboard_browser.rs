@@ -1,0 +1,469 @@
+//! The dashboard as an operator sees it: headless Chromium, driven through chromedriver
+//! (WebDriver) by fantoccini, against a real PostgreSQL.
+//!
+//! Needs Debian's `chromium` and `chromium-driver` (`.ci/run` installs them). Without
+//! chromedriver the tests fail with a message saying so: they never pass by skipping.
+//!
+//! `OUTBOX_DASHBOARD_SCREENSHOTS=<dir>` saves the overview and the failures view as PNG files
+//! there (the README's pictures come from `docs/img/`).
+
+mod dashboard_support;
+
+// The order service example, for the test of what a newcomer sees after
+// `cargo run --example order_service -- --dashboard`.
+#[path = "../examples/order_service/app.rs"]
+#[allow(
+    dead_code,
+    reason = "the example's choice of a NATS URL is not used here"
+)]
+mod app;
+#[path = "../examples/order_service/billing.rs"]
+mod billing;
+#[path = "../examples/order_service/dashboard.rs"]
+#[allow(
+    dead_code,
+    reason = "serve_until_ctrl_c is the example's; the test serves its own"
+)]
+mod dashboard;
+#[path = "../examples/order_service/events.rs"]
+mod events;
+#[path = "../examples/order_service/orders.rs"]
+mod orders;
+#[path = "../examples/order_service/receiver.rs"]
+mod receiver;
+
+use std::net::TcpListener;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use dashboard_support::*;
+use fantoccini::{Client, ClientBuilder, Locator};
+use outbox_runtime::dashboard::DashboardConfig;
+use outbox_runtime::testing::TestDatabase;
+use sqlx::PgPool;
+
+/// Every wait of these tests ends by this deadline.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// chromedriver on a free loopback port, killed when dropped.
+struct Driver {
+    url: String,
+    _child: tokio::process::Child,
+}
+
+async fn chromedriver() -> Driver {
+    let binary = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".to_owned());
+    // A free port: bind one, read it, release it for chromedriver.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = tokio::process::Command::new(&binary)
+        .arg(format!("--port={port}"))
+        .arg("--allowed-ips=127.0.0.1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start `{binary}` ({e}): the browser tests need Chromium and chromedriver. \
+                 Install them with `apt-get install -y chromium chromium-driver` (.ci/run does), \
+                 or set CHROMEDRIVER to the driver's path"
+            )
+        });
+    let url = format!("http://127.0.0.1:{port}");
+    let started = Instant::now();
+    loop {
+        let ready = reqwest::get(format!("{url}/status"))
+            .await
+            .ok()
+            .filter(|r| r.status().is_success());
+        if ready.is_some() {
+            break;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "chromedriver did not answer on {url} within {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Driver { url, _child: child }
+}
+
+async fn browser(driver: &Driver) -> Client {
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".to_owned(),
+        serde_json::json!({
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1400,1000", "--lang=en-US"],
+        }),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    tokio::time::timeout(
+        DEADLINE,
+        ClientBuilder::new(connector)
+            .capabilities(capabilities)
+            .connect(&driver.url),
+    )
+    .await
+    .expect("chromedriver did not open a browser session in time")
+    .expect("chromedriver opens a headless Chromium session (is `chromium` installed?)")
+}
+
+/// Poll the text of the first element matching `css` until `done` holds; returns that text.
+async fn wait_text(client: &Client, css: &str, done: impl Fn(&str) -> bool) -> String {
+    let started = Instant::now();
+    let mut last = String::from("(no such element)");
+    while started.elapsed() < DEADLINE {
+        if let Ok(element) = client.find(Locator::Css(css)).await {
+            if let Ok(text) = element.text().await {
+                if done(&text) {
+                    return text;
+                }
+                last = text;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("`{css}` still reads {last:?} after {DEADLINE:?}")
+}
+
+/// Poll the database until the event has `status`.
+async fn wait_status(pool: &PgPool, event_id: uuid::Uuid, status: &str) {
+    let started = Instant::now();
+    loop {
+        let now = status_of(pool, event_id).await;
+        if now == status {
+            return;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "event {event_id} is still {now}, not {status}, after {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn screenshot(client: &Client, name: &str) {
+    if let Ok(dir) = std::env::var("OUTBOX_DASHBOARD_SCREENSHOTS") {
+        let png = client.screenshot().await.expect("a screenshot");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(std::path::Path::new(&dir).join(name), png).unwrap();
+    }
+}
+
+fn fmt_count(n: i64) -> String {
+    // The page writes counts with thousands separators (en-US).
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[tokio::test]
+async fn the_overview_and_failures_show_the_database_and_hostile_text_stays_text() {
+    let db = TestDatabase::new().await;
+    let pool = db.pool();
+    let s = scenario(pool).await;
+    let served = serve(pool, DashboardConfig::new()).await;
+    let driver = chromedriver().await;
+    let client = browser(&driver).await;
+
+    client.goto(&served.url("/")).await.unwrap();
+    for status in ["pending", "processing", "delivered", "exhausted"] {
+        let expected = fmt_count(count(pool, status).await);
+        let css = format!("[data-table=\"outbox\"] [data-field=\"{status}\"]");
+        wait_text(&client, &css, |t| t == expected).await;
+    }
+    wait_text(&client, "#mode", |t| t.contains("read-only")).await;
+    // Read-only: neither the token field nor an (empty) confirmation bar shows.
+    for hidden in ["#auth", "#confirm"] {
+        let shown = client
+            .find(Locator::Css(hidden))
+            .await
+            .unwrap()
+            .is_displayed()
+            .await
+            .unwrap();
+        assert!(!shown, "{hidden} shows on a read-only dashboard");
+    }
+    let bars = client
+        .find_all(Locator::Css("[data-chart=\"delivered\"] rect.bar"))
+        .await
+        .unwrap();
+    assert!(!bars.is_empty(), "the delivered-per-minute chart has bars");
+    // The overview's latest failures hold the hostile text too: as text.
+    let error = wait_text(
+        &client,
+        &format!(
+            "[data-table=\"outbox\"] tr[data-event-id=\"{}\"] [data-field=\"last-error\"]",
+            s.hostile
+        ),
+        |t| !t.is_empty(),
+    )
+    .await;
+    assert_eq!(error, HOSTILE_ERROR);
+    let injected = client
+        .find_all(Locator::Css("main script, main img, main b, main i"))
+        .await
+        .unwrap();
+    assert!(
+        injected.is_empty(),
+        "database text became markup on the overview"
+    );
+    screenshot(&client, "dashboard-overview.png").await;
+
+    // The page refreshes by itself: a new pending row shows up without reloading.
+    let before = count(pool, "pending").await;
+    insert(pool, &Seed::new("order.confirmed", "pending")).await;
+    let expected = fmt_count(before + 1);
+    wait_text(
+        &client,
+        "[data-table=\"outbox\"] [data-field=\"pending\"]",
+        |t| t == expected,
+    )
+    .await;
+
+    client.goto(&served.url("/#failures")).await.unwrap();
+    let row = format!("#failures-table tr[data-event-id=\"{}\"]", s.hostile);
+    let error = wait_text(
+        &client,
+        &format!("{row} [data-field=\"last-error\"]"),
+        |t| !t.is_empty(),
+    )
+    .await;
+    assert_eq!(error, HOSTILE_ERROR, "the error renders as its characters");
+    let kind = wait_text(&client, &format!("{row} [data-field=\"type\"]"), |t| {
+        !t.is_empty()
+    })
+    .await;
+    assert_eq!(kind, format!("{HOSTILE_TYPE} v1"));
+    let injected = client
+        .find_all(Locator::Css("main script, main img, main b, main i"))
+        .await
+        .unwrap();
+    assert!(injected.is_empty(), "database text became markup");
+    let pwned = client
+        .execute("return window.pwned === undefined;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(
+        pwned,
+        serde_json::Value::Bool(true),
+        "hostile text ran as script"
+    );
+    // Read-only: no action buttons anywhere.
+    let buttons = client
+        .find_all(Locator::Css("button.action:not([hidden])"))
+        .await
+        .unwrap();
+    for b in buttons {
+        assert!(
+            !b.is_displayed().await.unwrap(),
+            "an action button shows on a read-only dashboard"
+        );
+    }
+    screenshot(&client, "dashboard-failures.png").await;
+
+    // The event view: payload hidden.
+    client
+        .goto(&served.url(&format!("/#event/{}", s.delivered_private)))
+        .await
+        .unwrap();
+    let payload = wait_text(&client, "#event-body [data-field=\"payload\"]", |t| {
+        !t.is_empty()
+    })
+    .await;
+    assert!(payload.contains("payload hidden"), "{payload}");
+    let body = client.source().await.unwrap();
+    assert!(!body.contains("jane.doe"));
+    client.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_retry_from_the_page_needs_the_token_and_moves_the_event_back_to_pending() {
+    let db = TestDatabase::new().await;
+    let pool = db.pool();
+    let s = scenario(pool).await;
+    let served = serve(
+        pool,
+        DashboardConfig::new().with_token(Some("s3cret".into())),
+    )
+    .await;
+    let driver = chromedriver().await;
+    let client = browser(&driver).await;
+
+    client.goto(&served.url("/#failures")).await.unwrap();
+    wait_text(&client, "#mode", |t| t.contains("actions enabled")).await;
+    let retry = format!(
+        "#failures-table tr[data-event-id=\"{}\"] button.action",
+        s.exhausted_note
+    );
+    wait_text(&client, &retry, |t| t == "Retry").await;
+
+    // Without the token: the page asks for confirmation, the server refuses, nothing changes.
+    client
+        .find(Locator::Css(&retry))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let question = wait_text(&client, "#confirm-text", |t| !t.is_empty()).await;
+    assert!(
+        question.contains(&s.exhausted_note.to_string()),
+        "{question}"
+    );
+    client
+        .find(Locator::Css("#confirm-yes"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let refused = wait_text(&client, "#notice", |t| t.starts_with("refused")).await;
+    assert!(refused.contains("needs the dashboard token"), "{refused}");
+    assert_eq!(status_of(pool, s.exhausted_note).await, "exhausted");
+
+    // Cancelled: nothing is sent.
+    client
+        .find(Locator::Css(&retry))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("#confirm-no"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(status_of(pool, s.exhausted_note).await, "exhausted");
+
+    // With the token pasted: confirmed, done, and the row leaves the exhausted list.
+    client
+        .find(Locator::Css("#token"))
+        .await
+        .unwrap()
+        .send_keys("s3cret")
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("#operator"))
+        .await
+        .unwrap()
+        .send_keys("browser-test")
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css(&retry))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("#confirm-yes"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&client, "#notice", |t| t.contains("pending again")).await;
+    wait_status(pool, s.exhausted_note, "pending").await;
+    client.close().await.unwrap();
+}
+
+/// What `cargo run --example order_service -- --dashboard` shows: the example's orders
+/// delivered (some after lost responses were retried), and the two exhausted while the
+/// shipping service was down, with their error.
+#[tokio::test]
+async fn the_example_service_shows_its_delivered_retried_and_exhausted_events() {
+    let db = TestDatabase::new().await;
+    let pool = db.pool();
+    let options = app::Options {
+        orders: 5,
+        nats: app::NatsChoice::Off,
+        lose_responses: 2,
+        keep_stream: false,
+    };
+    let report = tokio::time::timeout(Duration::from_secs(120), app::run(pool, &options))
+        .await
+        .expect("the order service run finished within two minutes")
+        .unwrap();
+    assert!(report.ok(), "{report}");
+    tokio::time::timeout(
+        Duration::from_secs(90),
+        dashboard::exhaust_while_shipping_is_down(pool),
+    )
+    .await
+    .expect("the shipping-down phase finished within 90 s")
+    .unwrap();
+    let served = serve(pool, DashboardConfig::new()).await;
+    let driver = chromedriver().await;
+    let client = browser(&driver).await;
+
+    client.goto(&served.url("/")).await.unwrap();
+    wait_text(
+        &client,
+        "[data-table=\"outbox\"] [data-field=\"delivered\"]",
+        |t| t == "5",
+    )
+    .await;
+    wait_text(
+        &client,
+        "[data-table=\"outbox\"] [data-field=\"exhausted\"]",
+        |t| t == "2",
+    )
+    .await;
+    let bars = client
+        .find_all(Locator::Css("[data-chart=\"delivered\"] rect.bar"))
+        .await
+        .unwrap();
+    assert!(!bars.is_empty(), "the example's deliveries are charted");
+    screenshot(&client, "dashboard-example.png").await;
+
+    // Event types: the retried deliveries and the exhausted ones count as failed attempts.
+    client.goto(&served.url("/#types")).await.unwrap();
+    let row = "#types-table tr[data-type=\"order.confirmed\"]";
+    wait_text(&client, &format!("{row} [data-field=\"exhausted\"]"), |t| {
+        t == "2"
+    })
+    .await;
+    let failed: i64 = sqlx::query_scalar(
+        "SELECT sum(handler_failures + lease_expiries) FROM outbox WHERE event_type = 'order.confirmed'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert!(
+        failed >= 2 + 2 * 3,
+        "two lost responses retried, two events failed three times: {failed}"
+    );
+
+    client.goto(&served.url("/#failures")).await.unwrap();
+    wait_text(&client, "#failures-table tbody", |t| {
+        t.matches("exhausted").count() == 2
+    })
+    .await;
+    let errors = client
+        .find_all(Locator::Css("#failures-table [data-field=\"last-error\"]"))
+        .await
+        .unwrap();
+    assert_eq!(errors.len(), 2);
+    for e in errors {
+        let text = e.text().await.unwrap();
+        assert!(text.contains("cannot connect"), "{text}");
+    }
+    client.close().await.unwrap();
+}
