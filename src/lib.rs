@@ -10,5 +10,7 @@ mod publishers_guide {}
 #[doc = include_str!("../docs/inbox.md")]
 mod inbox_guide {}
 
+// The guide shows a whole `src/bin/outbox.rs`, `fn main` included, on purpose.
+#[allow(clippy::needless_doctest_main)]
 #[doc = include_str!("../docs/migrations-and-cli.md")]
 mod migrations_and_cli_guide {}

@@ -9,6 +9,7 @@
 use std::time::Instant;
 
 use outbox_runtime::Event;
+use outbox_runtime::Producer;
 use outbox_runtime::store::EnqueueOptions;
 use outbox_runtime::store::enqueue::{event_id_for, payload_fingerprint};
 use outbox_runtime::waker::Waker;
@@ -38,6 +39,10 @@ pub enum Variant {
     /// `notify: false`, and a `Waker` woken after each commit (one coalesced NOTIFY at a time
     /// on a connection of its own).
     TypedWaker,
+    /// The API a user reaches for first: a `Producer` transaction (`tx.enqueue`, then
+    /// `tx.commit()`, which wakes the workers after the commit), on a pool with one connection
+    /// more than clients, for the wake-ups.
+    Producer,
     /// `OrderStep::enqueue_with`, `notify: false`: an event with an aggregate id, a different
     /// aggregate in every transaction, so the per-aggregate producer lock is taken (one more
     /// statement) but never waited for.
@@ -53,11 +58,12 @@ pub enum Variant {
 
 impl Variant {
     /// Every variant, in the order they run.
-    pub const ALL: [Variant; 8] = [
+    pub const ALL: [Variant; 9] = [
         Variant::Baseline,
         Variant::TypedNotify,
         Variant::TypedQuiet,
         Variant::TypedWaker,
+        Variant::Producer,
         Variant::TypedAggregate,
         Variant::TypedOneAggregate,
         Variant::RawSameRow,
@@ -71,6 +77,7 @@ impl Variant {
             Variant::TypedNotify => "typed enqueue, notify",
             Variant::TypedQuiet => "typed enqueue, no notify",
             Variant::TypedWaker => "typed enqueue, Waker after commit",
+            Variant::Producer => "Producer transaction (wakes after commit)",
             Variant::TypedAggregate => "typed enqueue, no notify, aggregate id (lock, no wait)",
             Variant::TypedOneAggregate => "typed enqueue, no notify, one aggregate for all",
             Variant::RawSameRow => "raw INSERT of the same row",
@@ -93,7 +100,8 @@ impl Variant {
                     .enqueue_with(tx, &key, &EnqueueOptions::default())
                     .await?;
             }
-            Variant::TypedQuiet | Variant::TypedWaker => {
+            // The producer variant writes through its own transaction type (`client_loop`).
+            Variant::TypedQuiet | Variant::TypedWaker | Variant::Producer => {
                 let quiet = EnqueueOptions::without_notify();
                 shape.event(id).enqueue_with(tx, &key, &quiet).await?;
             }
@@ -156,7 +164,8 @@ pub async fn run(
     db.truncate_outboxes().await?;
     db.recreate_orders(n).await?;
     db.settle().await?;
-    let pool = db.extra_pool(u32::try_from(clients).unwrap_or(4)).await?;
+    let connections = u32::try_from(clients).unwrap_or(4) + u32::from(variant == Variant::Producer);
+    let pool = db.extra_pool(connections).await?;
     // The waker sends its notifications on a connection of the benchmark's main pool.
     let waker = match variant {
         Variant::TypedWaker => Some(Waker::new(db.pool().clone(), OrderPaid::TABLE)?),
@@ -199,6 +208,19 @@ async fn client_loop(
     shape: PayloadShape,
     waker: Option<Waker>,
 ) -> BenchResult<()> {
+    if variant == Variant::Producer {
+        let producer = Producer::new(pool);
+        for id in (client as i64 + 1..=n).step_by(clients) {
+            let mut tx = producer.begin().await?;
+            sqlx::query(ORDERS_UPDATE)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            tx.enqueue(&shape.event(id), &format!("pay-{id}")).await?;
+            tx.commit().await?;
+        }
+        return Ok(());
+    }
     for id in (client as i64 + 1..=n).step_by(clients) {
         let mut tx = pool.begin().await?;
         sqlx::query(ORDERS_UPDATE)
