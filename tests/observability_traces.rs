@@ -199,11 +199,12 @@ async fn a_caller_traceparent_is_kept_and_baggage_is_copied_only_when_asked() {
     let given = stored_headers(db.pool(), "o-given").await;
     assert_eq!(given["traceparent"], mine, "the caller's traceparent wins");
 
-    // Baggage on the OpenTelemetry context, and a producer span: copied only when asked.
+    // Baggage that came with the request (extracted into the producer span's parent context,
+    // as a service's HTTP layer does): copied only when asked.
     let span = tracing::info_span!("producer", otel.name = "place_order_baggage");
+    span.set_parent(opentelemetry::Context::new().with_baggage(vec![KeyValue::new("tenant", "acme")]))
+        .unwrap();
     async {
-        let cx = opentelemetry::Context::current_with_baggage(vec![KeyValue::new("tenant", "acme")]);
-        let _attached = cx.attach();
         let mut tx = db.pool().begin().await.unwrap();
         OrderPlaced { order: "o-plain".into() }
             .enqueue(&mut tx, "place/o-plain")

@@ -85,8 +85,9 @@ pub(crate) fn capture(
     let mut injector = JsonHeaders(&mut object);
     TraceContextPropagator::new().inject_context(&cx, &mut injector);
     if with_baggage {
-        // Baggage lives on OpenTelemetry's current context; a `tracing` span's context holds
-        // only what was current when the span began.
+        // A `tracing` span's context holds the baggage of its parent context (for example
+        // extracted from the incoming request); code using the OpenTelemetry API directly
+        // keeps it on the current context.
         let baggage = if cx.baggage().is_empty() {
             Context::current()
         } else {
@@ -124,8 +125,19 @@ pub fn context_from_stored(headers: &serde_json::Value) -> Context {
     )
 }
 
+/// Whether stored headers name a `traceparent` (checked before anything is parsed, so a
+/// delivery without a context, or without a subscriber, costs a key scan).
+fn has_traceparent(stored: &serde_json::Value) -> bool {
+    stored
+        .as_object()
+        .is_some_and(|o| o.keys().any(|k| k.eq_ignore_ascii_case(TRACEPARENT)))
+}
+
 /// Make the (not yet entered) delivery `span` a child of the context stored with its event.
 pub(crate) fn continue_delivery(span: &tracing::Span, stored: &serde_json::Value) {
+    if span.is_disabled() || !has_traceparent(stored) {
+        return;
+    }
     let cx = context_from_stored(stored);
     if cx.span().span_context().is_valid() {
         set_parent(span, cx);
@@ -134,6 +146,9 @@ pub(crate) fn continue_delivery(span: &tracing::Span, stored: &serde_json::Value
 
 /// Link the (not yet entered) batch `span` to the context stored with one of its events.
 pub(crate) fn link_delivery(span: &tracing::Span, stored: &serde_json::Value) {
+    if span.is_disabled() || !has_traceparent(stored) {
+        return;
+    }
     let cx = context_from_stored(stored);
     let linked = cx.span().span_context().clone();
     if linked.is_valid() {
@@ -165,7 +180,7 @@ pub(crate) fn forward_current(headers: &mut Vec<(String, String)>) {
     headers.retain(|(name, _)| {
         !name.eq_ignore_ascii_case(TRACEPARENT) && !name.eq_ignore_ascii_case(TRACESTATE)
     });
-    let mut fresh: Vec<(String, String)> = fresh.into_iter().collect();
+    let mut fresh: Vec<(String, String)> = fresh.into_iter().filter(|(_, v)| !v.is_empty()).collect();
     fresh.sort();
     headers.extend(fresh);
 }
@@ -175,7 +190,10 @@ struct JsonHeaders<'a>(&'a mut serde_json::Map<String, serde_json::Value>);
 
 impl Injector for JsonHeaders<'_> {
     fn set(&mut self, key: &str, value: String) {
-        self.0.insert(key.to_owned(), serde_json::Value::String(value));
+        // An empty `tracestate` says nothing; W3C allows leaving it out.
+        if !value.is_empty() {
+            self.0.insert(key.to_owned(), serde_json::Value::String(value));
+        }
     }
 }
 
