@@ -45,7 +45,10 @@ fn prometheus() -> &'static PrometheusHandle {
         PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), m::SECONDS_BUCKETS)
             .unwrap()
-            .set_buckets_for_metric(Matcher::Full(m::DELIVERY_ATTEMPTS.into()), m::ATTEMPTS_BUCKETS)
+            .set_buckets_for_metric(
+                Matcher::Full(m::DELIVERY_ATTEMPTS.into()),
+                m::ATTEMPTS_BUCKETS,
+            )
             .unwrap()
             .install_recorder()
             .expect("the only recorder of this test binary")
@@ -94,7 +97,9 @@ impl Sink for FlakyEveryThird {
             self.calls.fetch_add(1, Ordering::Relaxed);
             let n = event.payload["n"].as_i64().unwrap_or_default();
             if n % 3 == 0 && delivery.attempt() == 1 {
-                Err(HandlerError::retry("first attempt of every third job fails"))
+                Err(HandlerError::retry(
+                    "first attempt of every third job fails",
+                ))
             } else {
                 Ok(())
             }
@@ -106,7 +111,11 @@ async fn enqueue_jobs(pool: &PgPool, n: i64) {
     let mut tx = pool.begin().await.unwrap();
     for i in 1..=n {
         MetricsJob { n: i }
-            .enqueue_with(&mut tx, &format!("job-{i}"), &EnqueueOptions::without_notify())
+            .enqueue_with(
+                &mut tx,
+                &format!("job-{i}"),
+                &EnqueueOptions::without_notify(),
+            )
             .await
             .unwrap();
     }
@@ -170,9 +179,21 @@ async fn a_run_renders_histograms_whose_counts_match_what_was_delivered() {
             .unwrap_or_else(|| panic!("no `{name}_count` for metrics.job in:\n{text}"))
     };
     let attempts = (EVENTS + RETRIED) as f64;
-    assert_eq!(count(m::CLAIM_WAIT_SECONDS), attempts, "one wait per claim of an event");
-    assert_eq!(count(m::HANDLER_DURATION_SECONDS), attempts, "one duration per sink call");
-    assert_eq!(count(m::DELIVERY_LATENCY_SECONDS), EVENTS as f64, "one latency per delivered event");
+    assert_eq!(
+        count(m::CLAIM_WAIT_SECONDS),
+        attempts,
+        "one wait per claim of an event"
+    );
+    assert_eq!(
+        count(m::HANDLER_DURATION_SECONDS),
+        attempts,
+        "one duration per sink call"
+    );
+    assert_eq!(
+        count(m::DELIVERY_LATENCY_SECONDS),
+        EVENTS as f64,
+        "one latency per delivered event"
+    );
     assert_eq!(count(m::DELIVERY_ATTEMPTS), EVENTS as f64);
     assert_eq!(
         sample(&text, &format!("{}_sum", m::DELIVERY_ATTEMPTS), &job),
@@ -184,7 +205,11 @@ async fn a_run_renders_histograms_whose_counts_match_what_was_delivered() {
     let within_a_minute = sample(
         &text,
         &format!("{}_bucket", m::DELIVERY_LATENCY_SECONDS),
-        &[("table", "outbox"), ("event_type", "metrics.job"), ("le", "60")],
+        &[
+            ("table", "outbox"),
+            ("event_type", "metrics.job"),
+            ("le", "60"),
+        ],
     );
     assert_eq!(within_a_minute, Some(EVENTS as f64), "{text}");
     let latency_sum = sample(&text, &format!("{}_sum", m::DELIVERY_LATENCY_SECONDS), &job).unwrap();
@@ -195,7 +220,10 @@ async fn a_run_renders_histograms_whose_counts_match_what_was_delivered() {
         &[("table", "outbox")],
     )
     .expect("claim statements are timed");
-    assert!(claims >= 2.0, "at least the first batch and a retry were claimed: {claims}");
+    assert!(
+        claims >= 2.0,
+        "at least the first batch and a retry were claimed: {claims}"
+    );
     assert_eq!(
         sample(&text, m::DELIVERED_TOTAL, &[("table", "outbox")]).map(|v| v >= EVENTS as f64),
         Some(true)
@@ -203,7 +231,10 @@ async fn a_run_renders_histograms_whose_counts_match_what_was_delivered() {
     // No event ids (or anything else unbounded) in any label of the worker's series.
     for line in text.lines().filter(|l| l.starts_with("outbox_")) {
         for label in ["event_id", "row", "claim", "worker"] {
-            assert!(!line.contains(&format!("{label}=\"")), "unbounded label in {line}");
+            assert!(
+                !line.contains(&format!("{label}=\"")),
+                "unbounded label in {line}"
+            );
         }
     }
 }
@@ -286,7 +317,10 @@ async fn every_worker_session_says_its_role_in_pg_stat_activity() {
     let deadline = tokio::time::Instant::now() + DEADLINE;
     while delivered(db.pool()).await < 1 {
         held.release.notify_waiters();
-        assert!(tokio::time::Instant::now() < deadline, "the held event was not delivered");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the held event was not delivered"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(

@@ -148,7 +148,10 @@ async fn a_handler_span_continues_the_producer_trace_through_a_real_worker() {
     let headers = stored_headers(db.pool(), "o-dispatch").await;
     let traceparent = headers["traceparent"].as_str().expect("traceparent stored");
     assert_eq!(traceparent, format!("00-{trace}-{producer}-01"));
-    assert!(headers.get("baggage").is_none(), "baggage is not copied unless asked");
+    assert!(
+        headers.get("baggage").is_none(),
+        "baggage is not copied unless asked"
+    );
 
     let dispatcher = Dispatcher::builder()
         .handler(on_order_placed)
@@ -202,22 +205,28 @@ async fn a_caller_traceparent_is_kept_and_baggage_is_copied_only_when_asked() {
     // Baggage that came with the request (extracted into the producer span's parent context,
     // as a service's HTTP layer does): copied only when asked.
     let span = tracing::info_span!("producer", otel.name = "place_order_baggage");
-    span.set_parent(opentelemetry::Context::new().with_baggage(vec![KeyValue::new("tenant", "acme")]))
-        .unwrap();
+    span.set_parent(
+        opentelemetry::Context::new().with_baggage(vec![KeyValue::new("tenant", "acme")]),
+    )
+    .unwrap();
     async {
         let mut tx = db.pool().begin().await.unwrap();
-        OrderPlaced { order: "o-plain".into() }
-            .enqueue(&mut tx, "place/o-plain")
-            .await
-            .unwrap();
+        OrderPlaced {
+            order: "o-plain".into(),
+        }
+        .enqueue(&mut tx, "place/o-plain")
+        .await
+        .unwrap();
         let asked = EnqueueOptions {
             trace_baggage: true,
             ..EnqueueOptions::default()
         };
-        OrderPlaced { order: "o-baggage".into() }
-            .enqueue_with(&mut tx, "place/o-baggage", &asked)
-            .await
-            .unwrap();
+        OrderPlaced {
+            order: "o-baggage".into(),
+        }
+        .enqueue_with(&mut tx, "place/o-baggage", &asked)
+        .await
+        .unwrap();
         tx.commit().await.unwrap();
     }
     .instrument(span)
@@ -304,9 +313,13 @@ async fn the_http_receiver_continues_the_trace_of_the_delivery() {
         delivery.span_context.span_id(),
         "the receiver's span is a child of the delivery that sent the request"
     );
-    let applied: bool = inbox::is_applied(db.pool(), "traces-test", outbox_runtime::store::enqueue::event_id_for("outbox", "place/o-http"))
-        .await
-        .unwrap();
+    let applied: bool = inbox::is_applied(
+        db.pool(),
+        "traces-test",
+        outbox_runtime::store::enqueue::event_id_for("outbox", "place/o-http"),
+    )
+    .await
+    .unwrap();
     assert!(applied, "the receiver applied the event through the inbox");
 }
 

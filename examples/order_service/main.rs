@@ -82,7 +82,10 @@ async fn main() -> std::process::ExitCode {
     {
         Ok(addr) => format!("http://{addr}/metrics"),
         Err(e) => {
-            eprintln!("order_service: cannot serve /metrics on {}: {e}", args.metrics_addr);
+            eprintln!(
+                "order_service: cannot serve /metrics on {}: {e}",
+                args.metrics_addr
+            );
             return std::process::ExitCode::FAILURE;
         }
     };

@@ -81,7 +81,10 @@ pub fn init(print_trace: bool) -> Result<Telemetry, BoxError> {
             .with_tracer(p.tracer("order_service"))
             .with_filter(LevelFilter::INFO)
     });
-    tracing_subscriber::registry().with(logs).with(spans).try_init()?;
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(spans)
+        .try_init()?;
     Ok(Telemetry {
         prometheus,
         provider,
@@ -183,7 +186,11 @@ fn write_tree(
         took.as_secs_f64() * 1000.0,
         indent = depth * 2
     ));
-    for child in children.get(&span.span_context.span_id()).into_iter().flatten() {
+    for child in children
+        .get(&span.span_context.span_id())
+        .into_iter()
+        .flatten()
+    {
         if child.span_context.trace_id() == trace {
             write_tree(out, child, children, depth + 1, trace);
         }

@@ -340,7 +340,11 @@ async fn measure_traced(
             notes: format!(
                 "{}{}{spans} spans exported in the last run (a producer and a delivery span per event; the batch processor drops what its queue cannot hold)",
                 runs_note(&rates[1]),
-                if runs_note(&rates[1]).is_empty() { "" } else { "; " }
+                if runs_note(&rates[1]).is_empty() {
+                    ""
+                } else {
+                    "; "
+                }
             ),
         },
     ])

@@ -180,7 +180,8 @@ pub(crate) fn forward_current(headers: &mut Vec<(String, String)>) {
     headers.retain(|(name, _)| {
         !name.eq_ignore_ascii_case(TRACEPARENT) && !name.eq_ignore_ascii_case(TRACESTATE)
     });
-    let mut fresh: Vec<(String, String)> = fresh.into_iter().filter(|(_, v)| !v.is_empty()).collect();
+    let mut fresh: Vec<(String, String)> =
+        fresh.into_iter().filter(|(_, v)| !v.is_empty()).collect();
     fresh.sort();
     headers.extend(fresh);
 }
@@ -192,7 +193,8 @@ impl Injector for JsonHeaders<'_> {
     fn set(&mut self, key: &str, value: String) {
         // An empty `tracestate` says nothing; W3C allows leaving it out.
         if !value.is_empty() {
-            self.0.insert(key.to_owned(), serde_json::Value::String(value));
+            self.0
+                .insert(key.to_owned(), serde_json::Value::String(value));
         }
     }
 }
@@ -234,15 +236,16 @@ mod tests {
         let cx = context_from_stored(&stored);
         let read = cx.span().span_context().clone();
         assert!(read.is_valid());
-        assert_eq!(
-            read.trace_id(),
-            remote().span().span_context().trace_id()
-        );
+        assert_eq!(read.trace_id(), remote().span().span_context().trace_id());
     }
 
     #[test]
     fn malformed_context_is_no_context() {
-        for bad in ["00-zz-00f067aa0ba902b7-01", "", "00-00000000000000000000000000000000-00f067aa0ba902b7-01"] {
+        for bad in [
+            "00-zz-00f067aa0ba902b7-01",
+            "",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        ] {
             let cx = context_from_headers([(TRACEPARENT, bad)]);
             assert!(!cx.span().span_context().is_valid(), "{bad:?}");
         }

@@ -168,7 +168,11 @@ impl Completer {
     async fn not_completed_earlier(&self, lost: Vec<Claim>) -> Vec<Claim> {
         let shared = &self.shared;
         let deleting = shared.config.deletes_on_completion();
-        match shared.outcome_store.completed_earlier(&lost, deleting).await {
+        match shared
+            .outcome_store
+            .completed_earlier(&lost, deleting)
+            .await
+        {
             Ok(done) => {
                 if !done.is_empty() {
                     tracing::info!(

@@ -100,21 +100,66 @@ pub fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(DELIVERED_TOTAL, "Events delivered and completed.");
     describe_counter!(RETRIED_TOTAL, "Failed attempts scheduled for another try.");
-    describe_counter!(EXHAUSTED_TOTAL, "Events that used up their attempts, failed permanently, or could not be decoded.");
-    describe_counter!(UNDECODABLE_TOTAL, "Claimed rows exhausted because their payload or headers cannot be decoded.");
-    describe_counter!(STALE_COMPLETIONS_TOTAL, "Completions or failures rejected because the claim was lost.");
+    describe_counter!(
+        EXHAUSTED_TOTAL,
+        "Events that used up their attempts, failed permanently, or could not be decoded."
+    );
+    describe_counter!(
+        UNDECODABLE_TOTAL,
+        "Claimed rows exhausted because their payload or headers cannot be decoded."
+    );
+    describe_counter!(
+        STALE_COMPLETIONS_TOTAL,
+        "Completions or failures rejected because the claim was lost."
+    );
     describe_counter!(LEASE_RENEWALS_TOTAL, "Leases extended by the renewer.");
     describe_counter!(LEASE_LOST_TOTAL, "Leases lost while their delivery ran.");
-    describe_counter!(RELEASED_TOTAL, "Claims handed back at shutdown without charging an attempt.");
-    describe_gauge!(PENDING, "Rows waiting to be claimed (maintenance leader only).");
-    describe_gauge!(PROCESSING, "Rows claimed by some worker (maintenance leader only).");
-    describe_gauge!(EXHAUSTED, "Rows that used up their attempts (maintenance leader only).");
-    describe_gauge!(OLDEST_PENDING_AGE_SECONDS, Unit::Seconds, "Age of the oldest ready pending row, by the database clock (maintenance leader only).");
-    describe_histogram!(CLAIM_WAIT_SECONDS, Unit::Seconds, "How long an event had been claimable when it was claimed.");
-    describe_histogram!(CLAIM_DURATION_SECONDS, Unit::Seconds, "Duration of one claim statement.");
-    describe_histogram!(HANDLER_DURATION_SECONDS, Unit::Seconds, "Duration of one sink call (handler or publisher).");
-    describe_histogram!(DELIVERY_LATENCY_SECONDS, Unit::Seconds, "From enqueue to accepted completion, for delivered events.");
-    describe_histogram!(DELIVERY_ATTEMPTS, Unit::Count, "Attempts a delivered event took.");
+    describe_counter!(
+        RELEASED_TOTAL,
+        "Claims handed back at shutdown without charging an attempt."
+    );
+    describe_gauge!(
+        PENDING,
+        "Rows waiting to be claimed (maintenance leader only)."
+    );
+    describe_gauge!(
+        PROCESSING,
+        "Rows claimed by some worker (maintenance leader only)."
+    );
+    describe_gauge!(
+        EXHAUSTED,
+        "Rows that used up their attempts (maintenance leader only)."
+    );
+    describe_gauge!(
+        OLDEST_PENDING_AGE_SECONDS,
+        Unit::Seconds,
+        "Age of the oldest ready pending row, by the database clock (maintenance leader only)."
+    );
+    describe_histogram!(
+        CLAIM_WAIT_SECONDS,
+        Unit::Seconds,
+        "How long an event had been claimable when it was claimed."
+    );
+    describe_histogram!(
+        CLAIM_DURATION_SECONDS,
+        Unit::Seconds,
+        "Duration of one claim statement."
+    );
+    describe_histogram!(
+        HANDLER_DURATION_SECONDS,
+        Unit::Seconds,
+        "Duration of one sink call (handler or publisher)."
+    );
+    describe_histogram!(
+        DELIVERY_LATENCY_SECONDS,
+        Unit::Seconds,
+        "From enqueue to accepted completion, for delivered events."
+    );
+    describe_histogram!(
+        DELIVERY_ATTEMPTS,
+        Unit::Count,
+        "Attempts a delivered event took."
+    );
 }
 
 /// What one worker counted since it started. Read with
