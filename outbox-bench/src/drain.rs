@@ -110,14 +110,10 @@ pub async fn stop(handles: Vec<WorkerHandle>) {
 }
 
 /// Insert `n` events with the typed enqueue, `PREFILL_PER_TX` per transaction, without the
-/// wake-up (no worker is running yet).
-pub async fn prefill_typed(db: &BenchDb, n: i64, shape: &PayloadShape) -> BenchResult<()> {
-    prefill_typed_in_spans(db, n, shape, false).await
-}
-
-/// [`prefill_typed`], each enqueue inside a span of its own when `producer_spans` (with the
-/// `opentelemetry` feature and a recording layer, each event then carries its own trace).
-pub async fn prefill_typed_in_spans(
+/// wake-up (no worker is running yet); each enqueue inside a span of its own when
+/// `producer_spans` (with the `opentelemetry` feature and a recording layer, each event then
+/// carries its own trace).
+pub async fn prefill_typed(
     db: &BenchDb,
     n: i64,
     shape: &PayloadShape,
@@ -192,7 +188,7 @@ pub async fn run_outbox_in_spans(
     producer_spans: bool,
 ) -> BenchResult<Drained> {
     db.truncate_outboxes().await?;
-    prefill_typed_in_spans(db, n, shape, producer_spans).await?;
+    prefill_typed(db, n, shape, producer_spans).await?;
     let waiting = db.unfinished().await?;
     if waiting != n {
         return Err(format!("the pre-insert wrote {waiting} events, expected {n}").into());
