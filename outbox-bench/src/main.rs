@@ -306,7 +306,7 @@ async fn measure_traced(
             progress(
                 "traced",
                 &format!(
-                    "run {run}: tracing {} {} events/s in {:.2} s ({recorded} spans exported)",
+                    "run {run}: tracing {} {} events/s in {:.2} s ({recorded} delivery spans continued a producer's trace)",
                     if on { "on" } else { "off" },
                     thousands(d.rate),
                     d.secs
@@ -338,7 +338,7 @@ async fn measure_traced(
             vs_ceiling: None,
             vs_baseline: Some(on / off),
             notes: format!(
-                "{}{}{spans} spans exported in the last run (a producer and a delivery span per event; the batch processor drops what its queue cannot hold)",
+                "{}{}{spans} delivery spans continued their producer's trace in the last run",
                 runs_note(&rates[1]),
                 if runs_note(&rates[1]).is_empty() {
                     ""

@@ -13,7 +13,7 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use tracing::Subscriber;
 use tracing_subscriber::Layer;
-use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::filter::dynamic_filter_fn;
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::BenchResult;
@@ -39,11 +39,13 @@ where
     let _ = SPANS.set((provider, exporter));
     tracing_opentelemetry::layer()
         .with_tracer(tracer)
-        .with_filter(filter_fn(|_| RECORDING.load(Ordering::Relaxed)))
+        // Dynamic: asked at every span (a plain `filter_fn` caches its first answer per
+        // callsite, which would keep the delivery span off after an untraced drain).
+        .with_filter(dynamic_filter_fn(|_, _| RECORDING.load(Ordering::Relaxed)))
 }
 
 /// One drain of `n` events with `setting`, traced when `on`. Returns the drain and the number of
-/// spans the exporter received.
+/// delivery spans the exporter received whose parent is a producer span.
 pub async fn run(
     db: &BenchDb,
     n: i64,
@@ -57,7 +59,12 @@ pub async fn run(
     let mut spans = 0;
     if let Some((provider, exporter)) = SPANS.get() {
         let _ = provider.force_flush();
-        spans = exporter.get_finished_spans().map_or(0, |s| s.len());
+        // Delivery spans that continue a producer's trace: the proof that the feature ran.
+        spans = exporter.get_finished_spans().map_or(0, |all| {
+            all.iter()
+                .filter(|s| s.name == "outbox_delivery" && s.parent_span_is_remote)
+                .count()
+        });
         exporter.reset();
     }
     Ok((drained?, spans))
