@@ -168,6 +168,9 @@ impl Worker {
             }
         };
         let sessions = Sessions::open(&self.pool, &self.config.name);
+        // The claimer's session is opened now: the first claim runs at once on a ready session
+        // (as it did on the service's warm pool), before the listener's first wake-up.
+        drop(sessions.claimer.acquire().await?);
         let shared = Arc::new(Shared {
             counters: Counters::new(&self.config.table),
             claim_store: store(&sessions.claimer)?,
