@@ -143,6 +143,8 @@ fn dummy_delivery() -> Delivery {
         attempts: 1,
         max_attempts: 10,
         lease_until: Default::default(),
+        waited: std::time::Duration::ZERO,
+        since_enqueue: std::time::Duration::ZERO,
     };
     Delivery::new(&event, Default::default())
 }

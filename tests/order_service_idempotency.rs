@@ -235,6 +235,10 @@ fn docs_show_the_example_and_the_failure_verbatim() {
         docs.contains(example),
         "docs/testing.md must show the example test verbatim:\n{example}"
     );
+    assert!(
+        include_str!("../README.md").contains(example),
+        "README.md's \"Testing your service\" must show the example test verbatim:\n{example}"
+    );
     let failure = variant_failure();
     assert!(
         docs.contains(&failure),

@@ -14,6 +14,7 @@ use futures::StreamExt;
 use outbox_runtime::inbox::{self, ApplyOutcome};
 use outbox_runtime::publish::Envelope;
 use sqlx::PgPool;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::events::OrderConfirmed;
@@ -92,7 +93,23 @@ pub async fn consume_from_start(
                 .parse()?;
             let envelope: Envelope = serde_json::from_slice(&message.payload)?;
             let event: OrderConfirmed = serde_json::from_value(envelope.payload)?;
-            match apply(pool, event_id, &event).await? {
+            // The consumer's span continues the trace of the delivery that published it.
+            let span = tracing::info_span!("billing.apply_once", %event_id);
+            if let Some(headers) = &message.headers {
+                let pairs: Vec<(String, String)> = headers
+                    .iter()
+                    .flat_map(|(name, values)| {
+                        values
+                            .iter()
+                            .map(move |v| (name.to_string(), v.as_str().to_owned()))
+                    })
+                    .collect();
+                outbox_runtime::inbox::continue_trace(
+                    &span,
+                    pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                );
+            }
+            match apply(pool, event_id, &event).instrument(span).await? {
                 ApplyOutcome::Applied => counts.applied += 1,
                 ApplyOutcome::Duplicate => counts.duplicates += 1,
             }

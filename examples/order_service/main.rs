@@ -20,6 +20,11 @@
 //! With `--dashboard` it then confirms two more orders while the shipping service is down (they
 //! are exhausted after three attempts) and serves the operator dashboard on that database until
 //! Ctrl-C, printing its address and an action token.
+//!
+//! Telemetry (see `telemetry.rs` and `docs/observability.md`): Prometheus text on
+//! `GET /metrics` (`--metrics-addr`, and `--linger` to keep serving after the run); traces over
+//! OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set; `--print-trace` prints the trace of the
+//! first order, from the request that confirmed it to the receivers' inbox transactions.
 
 mod app;
 mod billing;
@@ -27,6 +32,10 @@ mod dashboard;
 mod events;
 mod orders;
 mod receiver;
+mod telemetry;
+
+use std::net::SocketAddr;
+use std::time::Duration;
 
 use clap::Parser;
 use outbox_runtime::testing::TestDatabase;
@@ -57,18 +66,50 @@ struct Args {
     dashboard: bool,
     /// Where the dashboard listens (loopback).
     #[arg(long, default_value = outbox_runtime::dashboard::DEFAULT_LISTEN)]
-    listen: std::net::SocketAddr,
+    listen: SocketAddr,
+    /// Serve Prometheus text on http://ADDR/metrics (port 0: any free port, printed).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    metrics_addr: SocketAddr,
+    /// Keep serving /metrics this many seconds after the run (for a scrape).
+    #[arg(long, default_value_t = 0)]
+    linger: u64,
+    /// Print the trace of the first order (spans kept in memory as well as exported).
+    #[arg(long)]
+    print_trace: bool,
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let args = Args::parse();
+    let telemetry = match telemetry::init(args.print_trace) {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            eprintln!("order_service: cannot set up telemetry: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let stop_metrics = tokio_util::sync::CancellationToken::new();
+    let metrics_url = match telemetry
+        .serve_metrics(args.metrics_addr, stop_metrics.clone())
+        .await
+    {
+        Ok(addr) => format!("http://{addr}/metrics"),
+        Err(e) => {
+            eprintln!(
+                "order_service: cannot serve /metrics on {}: {e}",
+                args.metrics_addr
+            );
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "telemetry: Prometheus text on {metrics_url}; traces {}",
+        if telemetry.otlp {
+            "exported over OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT)"
+        } else {
+            "not exported (set OTEL_EXPORTER_OTLP_ENDPOINT)"
+        }
+    );
     let options = app::Options {
         orders: args.orders,
         nats: match (args.no_nats, args.nats_url) {
@@ -88,7 +129,7 @@ async fn main() -> std::process::ExitCode {
         server.get_host(),
         server.get_port()
     );
-    match app::run(db.pool(), &options).await {
+    let exit = match app::run(db.pool(), &options).await {
         Ok(report) => {
             println!("{report}");
             if args.dashboard {
@@ -111,5 +152,43 @@ async fn main() -> std::process::ExitCode {
             eprintln!("order_service: {e}");
             std::process::ExitCode::FAILURE
         }
+    };
+    // Scrape ourselves, as Prometheus would: the lines an alert on queue lag reads.
+    match scrape(&metrics_url).await {
+        Ok(text) => {
+            println!("metrics: {metrics_url} (the delivery histograms' counts):");
+            for line in text.lines().filter(|l| {
+                l.starts_with("outbox_delivery_latency_seconds_count")
+                    || l.starts_with("outbox_claim_wait_seconds_count")
+                    || l.starts_with("outbox_delivery_attempts_sum")
+            }) {
+                println!("  {line}");
+            }
+        }
+        Err(e) => eprintln!("order_service: scraping {metrics_url} failed: {e}"),
     }
+    if args.print_trace {
+        match telemetry.first_order_trace() {
+            Some(tree) => print!("{tree}"),
+            None => println!("no trace of a delivered order was recorded"),
+        }
+    }
+    if args.linger > 0 {
+        println!("serving {metrics_url} for {} s", args.linger);
+        tokio::time::sleep(Duration::from_secs(args.linger)).await;
+    }
+    stop_metrics.cancel();
+    telemetry.shutdown();
+    exit
+}
+
+async fn scrape(url: &str) -> Result<String, reqwest::Error> {
+    reqwest::Client::new()
+        .get(url)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await
 }

@@ -72,7 +72,9 @@ pub async fn place_order(
 
 /// Confirm `order` if it is still at the version read: update it and enqueue `OrderConfirmed`
 /// in the same transaction. When the update matches no row, roll back: no event without the
-/// change it announces.
+/// change it announces. The span is the producer's: the enqueue stores its trace context with
+/// the event, and every delivery and receiver continues that trace.
+#[tracing::instrument(name = "confirm_order", skip_all, fields(order_id = %order.id))]
 pub async fn confirm_order(
     pool: &PgPool,
     order: OrderRef,

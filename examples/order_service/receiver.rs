@@ -15,13 +15,14 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use outbox_runtime::inbox::{self, ApplyOutcome};
 use outbox_runtime::publish::Envelope;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::events::OrderConfirmed;
@@ -134,7 +135,19 @@ impl Drop for ShippingReceiver {
     }
 }
 
-async fn on_event(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+async fn on_event(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    // The request's span continues the trace of the delivery that sent it (its `traceparent`).
+    let span = tracing::info_span!("shipping.receive");
+    outbox_runtime::inbox::continue_trace(
+        &span,
+        headers
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?))),
+    );
+    receive(shared, body).instrument(span).await
+}
+
+async fn receive(shared: Arc<Shared>, body: Bytes) -> Response {
     shared.counters.requests.fetch_add(1, Ordering::Relaxed);
     let envelope: Envelope = match serde_json::from_slice(&body) {
         Ok(envelope) => envelope,
@@ -167,7 +180,12 @@ async fn on_event(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     // On a task of its own: if the publisher gives up and closes the connection, hyper drops
     // this handler, and the transaction must still finish as a whole.
     let pool = shared.pool.clone();
-    let applied = match tokio::spawn(async move { ship(&pool, envelope.id, &event).await }).await {
+    let apply_span = tracing::info_span!("shipping.apply_once", event_id = %envelope.id);
+    let applied = match tokio::spawn(
+        async move { ship(&pool, envelope.id, &event).await }.instrument(apply_span),
+    )
+    .await
+    {
         Ok(applied) => applied,
         Err(e) => {
             return (

@@ -22,6 +22,10 @@ pub enum Workload {
     /// `--ordered-events` events over `--ordered-aggregates` aggregates, one worker with the
     /// builder's defaults, ordered and (for the ratio) unordered.
     Ordered,
+    /// The tuned drain with tracing on (events enqueued in producer spans, delivery spans
+    /// recorded and exported to memory by the SDK's batch processor) and off, interleaved.
+    /// Needs `--features opentelemetry`.
+    Traced,
 }
 
 /// Throughput, enqueue overhead and latency of the outbox against a raw-SQL ceiling measured

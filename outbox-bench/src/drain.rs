@@ -110,8 +110,16 @@ pub async fn stop(handles: Vec<WorkerHandle>) {
 }
 
 /// Insert `n` events with the typed enqueue, `PREFILL_PER_TX` per transaction, without the
-/// wake-up (no worker is running yet).
-pub async fn prefill_typed(db: &BenchDb, n: i64, shape: &PayloadShape) -> BenchResult<()> {
+/// wake-up (no worker is running yet); each enqueue inside a span of its own when
+/// `producer_spans` (with the `opentelemetry` feature and a recording layer, each event then
+/// carries its own trace).
+pub async fn prefill_typed(
+    db: &BenchDb,
+    n: i64,
+    shape: &PayloadShape,
+    producer_spans: bool,
+) -> BenchResult<()> {
+    use tracing::Instrument;
     let options = EnqueueOptions {
         notify: false,
         ..Default::default()
@@ -128,9 +136,15 @@ pub async fn prefill_typed(db: &BenchDb, n: i64, shape: &PayloadShape) -> BenchR
             while ids.peek().is_some() {
                 let mut tx = pool.begin().await?;
                 for id in ids.by_ref().take(PREFILL_PER_TX as usize) {
+                    let span = if producer_spans {
+                        tracing::info_span!("bench_producer")
+                    } else {
+                        tracing::Span::none()
+                    };
                     shape
                         .event(id)
                         .enqueue_with(&mut tx, &format!("drain-{id}"), &options)
+                        .instrument(span)
                         .await?;
                 }
                 tx.commit().await?;
@@ -162,8 +176,19 @@ pub async fn run_outbox(
     shape: &PayloadShape,
     setting: DrainSetting,
 ) -> BenchResult<Drained> {
+    run_outbox_in_spans(db, n, shape, setting, false).await
+}
+
+/// [`run_outbox`], enqueuing each event in a producer span when `producer_spans`.
+pub async fn run_outbox_in_spans(
+    db: &BenchDb,
+    n: i64,
+    shape: &PayloadShape,
+    setting: DrainSetting,
+    producer_spans: bool,
+) -> BenchResult<Drained> {
     db.truncate_outboxes().await?;
-    prefill_typed(db, n, shape).await?;
+    prefill_typed(db, n, shape, producer_spans).await?;
     let waiting = db.unfinished().await?;
     if waiting != n {
         return Err(format!("the pre-insert wrote {waiting} events, expected {n}").into());

@@ -18,7 +18,10 @@
 //! - `latency`: commit-to-handler-start of an idle worker;
 //! - `bloat`: a sustained run sampling dead tuples and table size;
 //! - `ordered`: per-aggregate ordered delivery, a chain of one aggregate and many aggregates,
-//!   next to the unordered drain of the same events.
+//!   next to the unordered drain of the same events;
+//! - `traced` (only with `--features opentelemetry`, and only when named in `--workloads`): the
+//!   tuned drain with trace context through the outbox and span recording on, next to the same
+//!   drain with it off.
 //!
 //! Progress goes to stderr; the table (or with `--json` one JSON document) to stdout.
 
@@ -33,6 +36,8 @@ mod latency;
 mod ordered;
 mod report;
 mod sink;
+#[cfg(feature = "opentelemetry")]
+mod traced;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -53,12 +58,7 @@ pub type BenchResult<T> = Result<T, BenchError>;
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_tracing();
     match run(&args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -66,6 +66,23 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Log lines to stderr at `RUST_LOG` (default `warn`); with the `opentelemetry` feature, also
+/// the span-recording layer of the `traced` workload (off until that workload runs).
+fn init_tracing() {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        );
+    let registry = tracing_subscriber::registry().with(logs);
+    #[cfg(feature = "opentelemetry")]
+    let registry = registry.with(traced::layer());
+    registry.init();
 }
 
 async fn run(args: &Args) -> BenchResult<()> {
@@ -86,6 +103,9 @@ async fn run(args: &Args) -> BenchResult<()> {
 
     let drains = measure_drains(args, &db, &shape, tuned, runs).await?;
     rows.extend(drains);
+    if args.wants(Workload::Traced) {
+        rows.extend(measure_traced(args, &db, &shape, tuned, runs).await?);
+    }
     if args.wants(Workload::Enqueue) {
         rows.extend(measure_enqueue(args, &db, &shape, runs).await?);
     }
@@ -267,6 +287,79 @@ async fn measure_drains(
         });
     }
     Ok(rows)
+}
+
+/// The tuned drain with tracing off and on, interleaved run by run.
+#[cfg(feature = "opentelemetry")]
+async fn measure_traced(
+    args: &Args,
+    db: &BenchDb,
+    shape: &PayloadShape,
+    tuned: DrainSetting,
+    runs: usize,
+) -> BenchResult<Vec<Row>> {
+    let mut rates = [Vec::new(), Vec::new()];
+    let mut spans = 0;
+    for run in 1..=runs {
+        for (i, on) in [false, true].into_iter().enumerate() {
+            let (d, recorded) = traced::run(db, args.events, shape, tuned, on).await?;
+            progress(
+                "traced",
+                &format!(
+                    "run {run}: tracing {} {} events/s in {:.2} s ({recorded} delivery spans continued a producer's trace)",
+                    if on { "on" } else { "off" },
+                    thousands(d.rate),
+                    d.secs
+                ),
+            );
+            rates[i].push(d.rate);
+            if on {
+                spans = recorded;
+            }
+        }
+    }
+    let off = median_spread(&rates[0]).0;
+    let on = median_spread(&rates[1]).0;
+    Ok(vec![
+        Row {
+            workload: "traced",
+            setting: format!("tracing off: {}", tuned.label()),
+            value: off,
+            unit: "events/s",
+            vs_ceiling: None,
+            vs_baseline: Some(1.0),
+            notes: runs_note(&rates[0]),
+        },
+        Row {
+            workload: "traced",
+            setting: format!("tracing on (feature `opentelemetry`): {}", tuned.label()),
+            value: on,
+            unit: "events/s",
+            vs_ceiling: None,
+            vs_baseline: Some(on / off),
+            notes: format!(
+                "{}{}{spans} delivery spans continued their producer's trace in the last run",
+                runs_note(&rates[1]),
+                if runs_note(&rates[1]).is_empty() {
+                    ""
+                } else {
+                    "; "
+                }
+            ),
+        },
+    ])
+}
+
+/// Without the `opentelemetry` feature the `traced` workload cannot run.
+#[cfg(not(feature = "opentelemetry"))]
+async fn measure_traced(
+    _args: &Args,
+    _db: &BenchDb,
+    _shape: &PayloadShape,
+    _tuned: DrainSetting,
+    _runs: usize,
+) -> BenchResult<Vec<Row>> {
+    Err("the traced workload needs the opentelemetry feature: cargo run --release -p outbox-bench --features opentelemetry -- --workloads traced".into())
 }
 
 /// Every enqueue variant, interleaved run by run.

@@ -64,13 +64,10 @@ pub trait Event: Serialize + DeserializeOwned + Send + Sync + 'static {
         Self: Sized + CurrentEvent,
     {
         async move {
-            crate::store::enqueue::enqueue_event(
-                tx,
-                self,
-                operation_key,
-                &EnqueueOptions::default(),
-            )
-            .await
+            let options = EnqueueOptions::default();
+            let traced = with_trace_context(&options);
+            let options = traced.as_ref().unwrap_or(&options);
+            crate::store::enqueue::enqueue_event(tx, self, operation_key, options).await
         }
     }
 
@@ -84,8 +81,30 @@ pub trait Event: Serialize + DeserializeOwned + Send + Sync + 'static {
     where
         Self: Sized + CurrentEvent,
     {
-        crate::store::enqueue::enqueue_event(tx, self, operation_key, options)
+        async move {
+            let traced = with_trace_context(options);
+            let options = traced.as_ref().unwrap_or(options);
+            crate::store::enqueue::enqueue_event(tx, self, operation_key, options).await
+        }
     }
+}
+
+/// `options` with the current trace context added to its headers (feature `opentelemetry`,
+/// see `trace_context`), or `None` when there is nothing to add. Captured here, in the typed
+/// enqueue API: the store only writes the headers it is given.
+#[cfg(feature = "opentelemetry")]
+fn with_trace_context(options: &EnqueueOptions) -> Option<EnqueueOptions> {
+    let headers = crate::trace_context::capture(options.headers.as_ref(), options.trace_baggage)?;
+    Some(EnqueueOptions {
+        headers: Some(headers),
+        ..options.clone()
+    })
+}
+
+/// Without the `opentelemetry` feature nothing is captured.
+#[cfg(not(feature = "opentelemetry"))]
+fn with_trace_context(_options: &EnqueueOptions) -> Option<EnqueueOptions> {
+    None
 }
 
 /// The current version of an event: every [`Event`] whose `Current` is itself (with

@@ -32,6 +32,19 @@
 //!
 //! Only the effects written in the same database transaction are covered. An effect outside
 //! it (an email, a call to another service) needs that service's own idempotency.
+//!
+//! With the `opentelemetry` feature, [`continue_trace`] makes the consumer's span a child of the
+//! delivery that sent the message (the `traceparent` the HTTP and NATS publishers send), so the
+//! consumer's work joins the trace of the request that enqueued the event:
+//!
+//! ```no_run
+//! # #[cfg(feature = "opentelemetry")]
+//! # fn on_request(headers: &[(&str, &str)]) {
+//! let span = tracing::info_span!("apply_order_confirmed");
+//! outbox_runtime::inbox::continue_trace(&span, headers.iter().copied());
+//! let _entered = span.enter(); // then apply_once(...) and the effect, inside the span
+//! # }
+//! ```
 
 use std::time::Duration;
 
@@ -140,6 +153,25 @@ pub async fn purge(pool: &PgPool, older_than: Duration) -> Result<u64> {
             return Ok(total);
         }
     }
+}
+
+/// Make `span` (created, not yet entered) a child of the trace context carried by a received
+/// message's `headers` (`traceparent`, `tracestate`, and `baggage` when the producer copied it),
+/// so the consumer's work continues the trace of the request that enqueued the event. Returns
+/// whether a context was found and set: false for a message without (or with a malformed)
+/// `traceparent`, or when no `tracing-opentelemetry` layer records `span`.
+///
+/// For a received HTTP request, pass its headers as pairs, e.g.
+/// `headers.iter().filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))`; for a batch
+/// envelope, the `headers` of that envelope ([`crate::trace_context::context_from_stored`]).
+#[cfg(feature = "opentelemetry")]
+pub fn continue_trace<'a>(
+    span: &tracing::Span,
+    headers: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> bool {
+    use opentelemetry::trace::TraceContextExt;
+    let cx = crate::trace_context::context_from_headers(headers);
+    cx.span().span_context().is_valid() && crate::trace_context::set_parent(span, cx)
 }
 
 /// A consumer name is checked before it reaches SQL so a bad one is an error that says so,

@@ -11,6 +11,8 @@
 //! - [`delivery`] and [`dispatcher`]: routing a claimed row to the handler of its current type.
 //! - [`worker`]: claimer, renewer, completer, maintenance and listener, supervised together.
 //! - [`waker`]: wake-ups sent after commit, for services that enqueue at high rates.
+//! - `trace_context` (feature `opentelemetry`): W3C trace context from the enqueuing span,
+//!   through the worker's delivery span and the publishers, to the consumer.
 //! - [`migrate()`]: the embedded base schema.
 //! - `testing` (feature `testing`): a database per test, assertions on what was enqueued,
 //!   synchronous draining, seeded fault injection and an idempotency check for handlers.
@@ -34,6 +36,8 @@ pub mod producer;
 pub mod publish;
 pub mod sink;
 pub mod store;
+#[cfg(feature = "opentelemetry")]
+pub mod trace_context;
 pub mod waker;
 pub mod worker;
 

@@ -129,6 +129,12 @@ async fn connect(url: Option<String>) -> Result<PgPool, Failure> {
             format!("the database URL is not a PostgreSQL URL: {e}"),
         )
     })?;
+    // Named for pg_stat_activity, unless the URL names the session itself.
+    let options = if options.get_application_name().is_none() {
+        options.application_name("outbox-cli")
+    } else {
+        options
+    };
     // One direct connection first: a pool retries a refused connection until its acquire
     // timeout, and an operator should hear at once that the database is not there. The URL may
     // hold a password: it is never echoed.

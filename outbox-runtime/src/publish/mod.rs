@@ -139,7 +139,9 @@ impl Envelope {
 
 /// The headers a publisher sends with an event, in a fixed order: the event id, name and
 /// version, the attempt, the aggregate when there is one, then the event's stored headers that
-/// are safe to forward (see [`forwarded_headers`]), such as a W3C `traceparent`.
+/// are safe to forward (see [`forwarded_headers`]), such as a W3C `traceparent`. With the
+/// `opentelemetry` feature, `traceparent` and `tracestate` are those of the current (delivery)
+/// span when there is one, so the receiver's span is a child of the delivery.
 pub fn metadata_headers(event: &ClaimedEvent, delivery: &Delivery) -> Vec<(String, String)> {
     let mut headers = vec![
         (HEADER_EVENT_ID.to_owned(), event.event_id.to_string()),
@@ -161,6 +163,9 @@ pub fn metadata_headers(event: &ClaimedEvent, delivery: &Delivery) -> Vec<(Strin
         }
     }
     headers.extend(forwarded_headers(&event.headers));
+    // The receiver's span continues the delivery span (itself a child of the producer's).
+    #[cfg(feature = "opentelemetry")]
+    crate::trace_context::forward_current(&mut headers);
     headers
 }
 

@@ -38,6 +38,11 @@ pub struct EnqueueOptions {
     pub headers: Option<serde_json::Value>,
     /// Make the event claimable only this long after the database's `now()` (default zero).
     pub delay: Duration,
+    /// With the `opentelemetry` feature, also store the current context's W3C `baggage` with
+    /// the event (default false: baggage often carries user data, and stored headers live as
+    /// long as the row). The trace context itself (`traceparent`, `tracestate`) is always
+    /// captured; see `trace_context`. Without the feature this does nothing.
+    pub trace_baggage: bool,
 }
 
 impl EnqueueOptions {
@@ -59,6 +64,7 @@ impl Default for EnqueueOptions {
             max_attempts: 10,
             headers: None,
             delay: Duration::ZERO,
+            trace_baggage: false,
         }
     }
 }

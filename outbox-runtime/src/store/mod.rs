@@ -77,6 +77,12 @@ pub struct ClaimedEvent {
     pub max_attempts: i32,
     /// When the lease ends, by the database clock.
     pub lease_until: DateTime<Utc>,
+    /// How long the event had been claimable when this claim took it (since its enqueue, or
+    /// since the end of its delay or retry backoff), by the database clock.
+    pub waited: Duration,
+    /// How long before this claim the event was enqueued (its `created_at`), by the database
+    /// clock.
+    pub since_enqueue: Duration,
 }
 
 impl ClaimedEvent {
@@ -251,6 +257,12 @@ fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
+/// A non-negative number of seconds the database computed, as a duration (zero for anything
+/// that is not a finite, non-negative number).
+fn seconds(value: f64) -> Duration {
+    Duration::try_from_secs_f64(value).unwrap_or(Duration::ZERO)
+}
+
 /// The claims of `claims` that are not in `kept`. Decided by the whole claim (row id and
 /// claim_version), never by the row id alone: a batch may hold a stale claim of a row next to
 /// this worker's fresh claim of the same row, and only the fresh one was kept.
@@ -324,6 +336,8 @@ fn decode_claimed(row: &sqlx::postgres::PgRow) -> Result<DecodedRow> {
             attempts: row.try_get("attempts")?,
             max_attempts: row.try_get("max_attempts")?,
             lease_until: row.try_get("lease_until")?,
+            waited: seconds(row.try_get("waited_seconds")?),
+            since_enqueue: seconds(row.try_get("age_seconds")?),
         })),
         Err(reason) => Ok(DecodedRow::Undecodable {
             claim: Claim { id, claim_version },

@@ -103,12 +103,13 @@ impl Claimer {
         let limit = i64::try_from(permits.len()).unwrap_or(i64::MAX);
         // Taken before the statement is sent: the database's lease cannot end before this plus
         // the lease (see `inflight`).
-        let lease_ends = local_lease_end(Instant::now(), shared.config.lease);
+        let sent_at = Instant::now();
+        let lease_ends = local_lease_end(sent_at, shared.config.lease);
         let ClaimedBatch {
             events,
             undecodable,
         } = shared
-            .store
+            .claim_store
             .claim_batch_outcome(
                 &shared.config.name,
                 limit,
@@ -116,6 +117,13 @@ impl Claimer {
                 shared.config.ordered,
             )
             .await?;
+        let claimed_at = Instant::now();
+        shared.counters.claim_took(claimed_at - sent_at);
+        for event in &events {
+            shared
+                .counters
+                .claim_waited(&event.event_type, event.waited);
+        }
         self.report_undecodable(&undecodable);
         if events.is_empty() {
             if undecodable.is_empty() {
@@ -144,7 +152,7 @@ impl Claimer {
                     slots.push(slot);
                 }
                 self.tasks
-                    .spawn(self.executor.clone().run_batch(items, slots));
+                    .spawn(self.executor.clone().run_batch(items, slots, claimed_at));
             }
             return Ok(claimed);
         }
@@ -153,8 +161,11 @@ impl Claimer {
             shared
                 .inflight
                 .register(event.claim(), lease_lost.clone(), lease_ends);
-            self.tasks
-                .spawn(self.executor.clone().run(event, lease_lost, slot));
+            self.tasks.spawn(
+                self.executor
+                    .clone()
+                    .run(event, lease_lost, slot, claimed_at),
+            );
         }
         Ok(claimed)
     }

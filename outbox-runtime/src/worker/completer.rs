@@ -13,14 +13,39 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::events::WorkerEvent;
-use crate::store::Claim;
+use crate::store::{Claim, ClaimedEvent};
 
 /// Attempts at writing one batch before leaving it to lease expiry (and redelivery).
 const WRITE_ATTEMPTS: u32 = 5;
 
+/// A delivered event whose completion waits to be written, with what its histograms need.
+#[derive(Debug)]
+pub(crate) struct Completion {
+    claim: Claim,
+    event_type: String,
+    attempts: i32,
+    /// How long before the claim the event was enqueued (database clock).
+    since_enqueue: Duration,
+    /// When the claim came back (local monotonic clock): the two together give the time from
+    /// enqueue to completion without comparing two machines' clocks.
+    claimed_at: Instant,
+}
+
+impl Completion {
+    pub(crate) fn of(event: &ClaimedEvent, claimed_at: Instant) -> Completion {
+        Completion {
+            claim: event.claim(),
+            event_type: event.event_type.clone(),
+            attempts: event.attempts,
+            since_enqueue: event.since_enqueue,
+            claimed_at,
+        }
+    }
+}
+
 pub(crate) struct Completer {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) completions: UnboundedReceiver<Claim>,
+    pub(crate) completions: UnboundedReceiver<Completion>,
 }
 
 impl Completer {
@@ -44,7 +69,7 @@ impl Completer {
                 }
                 tokio::select! {
                     next = self.completions.recv() => match next {
-                        Some(claim) => batch.push(claim),
+                        Some(completion) => batch.push(completion),
                         None => { closed = true; break }
                     },
                     () = tokio::time::sleep_until(flush_at) => break,
@@ -58,27 +83,28 @@ impl Completer {
     }
 
     /// Complete `batch` in one statement; returns (completed, stale).
-    async fn flush(&self, batch: &mut Vec<Claim>) -> (usize, usize) {
+    async fn flush(&self, batch: &mut Vec<Completion>) -> (usize, usize) {
         let shared = &self.shared;
         if batch.is_empty() {
             return (0, 0);
         }
         // From here on the outcome is being written: the renewer must not report these lost.
-        for claim in batch.iter() {
-            shared.inflight.remove(claim);
+        for completion in batch.iter() {
+            shared.inflight.remove(&completion.claim);
         }
-        let claims = std::mem::take(batch);
+        let completions = std::mem::take(batch);
+        let claims: Vec<Claim> = completions.iter().map(|c| c.claim).collect();
         let mut delay = Duration::from_millis(50);
         // Set once a write failed: it may have committed before its answer was lost.
         let mut outcome_unknown = false;
         for attempt in 1..=WRITE_ATTEMPTS {
             let written = if shared.config.deletes_on_completion() {
                 shared
-                    .store
+                    .outcome_store
                     .complete_many_by_deleting_if_owned(&claims)
                     .await
             } else {
-                shared.store.complete_many_if_owned(&claims).await
+                shared.outcome_store.complete_many_if_owned(&claims).await
             };
             match written {
                 Ok(mut lost) => {
@@ -91,6 +117,13 @@ impl Completer {
                         .copied()
                         .collect();
                     shared.counters.delivered(completed.len() as u64);
+                    for done in completions.iter().filter(|c| !lost.contains(&c.claim)) {
+                        shared.counters.delivered_after(
+                            &done.event_type,
+                            done.since_enqueue + done.claimed_at.elapsed(),
+                            done.attempts,
+                        );
+                    }
                     if shared.config.ordered && !completed.is_empty() {
                         // Committed: each completed event's successor in its aggregate is
                         // claimable now, not at the next poll tick.
@@ -135,7 +168,11 @@ impl Completer {
     async fn not_completed_earlier(&self, lost: Vec<Claim>) -> Vec<Claim> {
         let shared = &self.shared;
         let deleting = shared.config.deletes_on_completion();
-        match shared.store.completed_earlier(&lost, deleting).await {
+        match shared
+            .outcome_store
+            .completed_earlier(&lost, deleting)
+            .await
+        {
             Ok(done) => {
                 if !done.is_empty() {
                     tracing::info!(

@@ -16,10 +16,12 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Shared;
+use super::completer::Completion;
 use super::config::RetryPolicy;
 use super::events::WorkerEvent;
 use crate::delivery::{Delivery, FailureKind, HandlerError};
@@ -97,16 +99,18 @@ pub(crate) fn retry_plan(
 #[derive(Clone)]
 pub(crate) struct Executor {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) completions: UnboundedSender<Claim>,
+    pub(crate) completions: UnboundedSender<Completion>,
 }
 
 impl Executor {
-    /// Deliver `event`; `slot` is the concurrency permit, freed as soon as the sink returns.
+    /// Deliver `event`, claimed at `claimed_at`; `slot` is the concurrency permit, freed as soon
+    /// as the sink returns.
     pub(crate) async fn run(
         self,
         event: ClaimedEvent,
         lease_lost: CancellationToken,
         slot: OwnedSemaphorePermit,
+        claimed_at: Instant,
     ) {
         let shared = Arc::clone(&self.shared);
         let claim = event.claim();
@@ -130,16 +134,24 @@ impl Executor {
             worker = %shared.config.name,
             table = %shared.config.table,
         );
+        // The delivery continues the trace its event was enqueued in (a child of the producer's
+        // span), before the span is first entered.
+        #[cfg(feature = "opentelemetry")]
+        crate::trace_context::continue_delivery(&span, &event.headers);
         async move {
             let delivery = Delivery::new(&event, lease_lost);
             let sink = Arc::clone(&shared.sink);
+            let started = Instant::now();
             let outcome = tokio::select! {
                 outcome = call_sink(sink.as_ref(), &event, &delivery) => Outcome::from(outcome),
                 () = shared.abort.cancelled() => Outcome::Abandoned,
             };
             drop(slot);
+            if !matches!(outcome, Outcome::Abandoned) {
+                shared.counters.handler_took(&event.event_type, started.elapsed());
+            }
             match outcome {
-                Outcome::Delivered => self.delivered(claim),
+                Outcome::Delivered => self.delivered(&event, claimed_at),
                 Outcome::Failed(error) => self.failed(&event, &error).await,
                 Outcome::Panicked(message) => {
                     shared.counters.panicked();
@@ -166,6 +178,7 @@ impl Executor {
         self,
         items: Vec<(ClaimedEvent, CancellationToken)>,
         slots: Vec<OwnedSemaphorePermit>,
+        claimed_at: Instant,
     ) {
         let shared = Arc::clone(&self.shared);
         if let Some(gate) = &shared.start_gate {
@@ -195,16 +208,30 @@ impl Executor {
             worker = %shared.config.name,
             table = %shared.config.table,
         );
+        // A batch holds events of many traces: it starts a trace of its own, linked to each.
+        #[cfg(feature = "opentelemetry")]
+        for (event, _) in &batch {
+            crate::trace_context::link_delivery(&span, &event.headers);
+        }
         async move {
             let sink = Arc::clone(&shared.sink);
             let call = AssertUnwindSafe(async { sink.deliver_batch(&batch).await }).catch_unwind();
+            let started = Instant::now();
             let outcome = tokio::select! {
                 result = call => result.map_err(|panic| panic_message(panic.as_ref())).map(Some),
                 () = shared.abort.cancelled() => Ok(None),
             };
             drop(slots);
+            if !matches!(outcome, Ok(None)) {
+                let took = started.elapsed();
+                for (event, _) in &batch {
+                    shared.counters.handler_took(&event.event_type, took);
+                }
+            }
             match outcome {
-                Ok(Some(results)) => self.apply_batch_results(&batch, results).await,
+                Ok(Some(results)) => {
+                    self.apply_batch_results(&batch, results, claimed_at).await
+                }
                 Err(message) => {
                     // A panic cannot be pinned on one item, so no item is failed permanently for
                     // it: every item is retried with backoff, and the attempts charged at claim
@@ -235,6 +262,7 @@ impl Executor {
         &self,
         batch: &[(ClaimedEvent, Delivery)],
         results: Vec<Result<(), HandlerError>>,
+        claimed_at: Instant,
     ) {
         let returned = results.len();
         if returned != batch.len() {
@@ -247,7 +275,7 @@ impl Executor {
         let mut results = results.into_iter();
         for (event, _) in batch {
             match results.next() {
-                Some(Ok(())) => self.delivered(event.claim()),
+                Some(Ok(())) => self.delivered(event, claimed_at),
                 Some(Err(error)) => self.failed(event, &error).await,
                 None => {
                     let error = HandlerError::retry(format!(
@@ -260,10 +288,15 @@ impl Executor {
         }
     }
 
-    /// Queue the completion of a delivered event.
-    fn delivered(&self, claim: Claim) {
+    /// Queue the completion of a delivered event, claimed at `claimed_at`.
+    fn delivered(&self, event: &ClaimedEvent, claimed_at: Instant) {
+        let claim = event.claim();
         tracing::debug!(row = claim.id, "delivered; completion queued");
-        if self.completions.send(claim).is_err() {
+        if self
+            .completions
+            .send(Completion::of(event, claimed_at))
+            .is_err()
+        {
             // The completer is gone (only during a forced stop): leave the event to lease
             // expiry, and so to another delivery, rather than guess.
             self.shared.inflight.remove(&claim);
@@ -295,7 +328,7 @@ impl Executor {
             tracing::debug!(%detail, "what the sink reported with the failure");
         }
         match shared
-            .store
+            .outcome_store
             .fail_if_owned(claim, &error.stored_reason(), retry_after, permanent)
             .await
         {
@@ -333,7 +366,7 @@ impl Executor {
     async fn release(&self, claim: Claim) {
         let shared = &self.shared;
         shared.inflight.remove(&claim);
-        match shared.store.release_if_owned(claim).await {
+        match shared.outcome_store.release_if_owned(claim).await {
             Ok(Ownership::Owned) => {
                 shared.counters.released();
                 shared.hook.emit(|| WorkerEvent::Released(claim));

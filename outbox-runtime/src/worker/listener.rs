@@ -12,14 +12,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use super::events::WorkerEvent;
+use super::sessions::SessionRole;
 
 /// Longest wait between reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// The `application_name` of a worker's LISTEN session, so operators (and tests) can find it
-/// in `pg_stat_activity`.
+/// in `pg_stat_activity` (see [`super::sessions`]).
 pub fn application_name(worker: &str) -> String {
-    format!("outbox-listener {worker}")
+    super::sessions::application_name(SessionRole::Listener, worker)
 }
 
 pub(crate) struct Listener {
@@ -32,13 +33,7 @@ impl Listener {
         let channel = crate::store::notify_channel(&shared.config.table);
         // A pool of one connection of its own, named for pg_stat_activity; it never takes a
         // connection from the worker's pool.
-        let options = shared
-            .store
-            .pool()
-            .connect_options()
-            .as_ref()
-            .clone()
-            .application_name(&application_name(&shared.config.name));
+        let options = shared.sessions.connect_options(SessionRole::Listener);
         let pool: PgPool = PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(10))

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use super::events::WorkerEvent;
+use super::sessions::SessionRole;
 use super::vacuum::{VacuumOutcome, vacuum_if_needed};
 use crate::error::Result;
 use crate::store::RecoveryBackoff;
@@ -112,7 +113,7 @@ impl Maintenance {
             return Ok(MaintenanceCounts::default());
         }
         let shared = Arc::clone(&self.shared);
-        let store = &shared.store;
+        let store = &shared.maintenance_store;
         let mut counts = MaintenanceCounts {
             leader: true,
             ..Default::default()
@@ -222,12 +223,8 @@ impl Maintenance {
         if self.conn.is_none() {
             let options = self
                 .shared
-                .store
-                .pool()
-                .connect_options()
-                .as_ref()
-                .clone()
-                .application_name(&format!("outbox-maintenance {}", self.shared.config.name));
+                .sessions
+                .connect_options(SessionRole::Maintenance);
             self.conn = Some(options.connect().await?);
         }
         let conn = self.conn.as_mut().expect("connected above");

@@ -1,12 +1,19 @@
 //! The metric names of the worker, in one place, and the per-worker counters tests read.
 //!
 //! Metrics go through the `metrics` crate facade, so a service picks the exporter (Prometheus,
-//! StatsD, ...). Every series carries a `table` label. Counters are incremented by the worker that
-//! saw the event, and registered at zero when the worker starts, so a rate or an alert has a
-//! series before the first event; gauges are refreshed by the maintenance leader only (one
-//! writer per table).
+//! StatsD, ...). Every series carries a `table` label; histograms about events also carry
+//! `event_type`, and no series carries an event id or anything else unbounded. Counters are
+//! incremented by the worker that saw the event; counters and gauges are registered at zero when
+//! the worker starts, so a rate or an alert has a series before the first event. Gauges are
+//! refreshed by the maintenance leader only (one writer per table): across instances, read them
+//! with `max by (table)`.
+//!
+//! Histograms record seconds (and attempts). With `metrics-exporter-prometheus`, give them
+//! buckets ([`SECONDS_BUCKETS`], [`ATTEMPTS_BUCKETS`]) so they render as Prometheus histograms
+//! rather than summaries; see `docs/observability.md`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::store::QueueGauges;
 
@@ -49,6 +56,111 @@ pub const PROCESSING: &str = "outbox_processing";
 pub const EXHAUSTED: &str = "outbox_exhausted";
 /// Age of the oldest pending row, by the database clock.
 pub const OLDEST_PENDING_AGE_SECONDS: &str = "outbox_oldest_pending_age_seconds";
+/// Every gauge above, each registered at zero (with its `table` label) when a worker starts.
+pub const GAUGES: &[&str] = &[PENDING, PROCESSING, EXHAUSTED, OLDEST_PENDING_AGE_SECONDS];
+
+/// Histogram: how long an event had been claimable when a worker claimed it (from its enqueue,
+/// or from the end of its delay or retry backoff), by the database clock. Labels `table`,
+/// `event_type`. The queue lag an alert watches.
+pub const CLAIM_WAIT_SECONDS: &str = "outbox_claim_wait_seconds";
+/// Histogram: how long one claim statement took, as the worker saw it (round trip included),
+/// whether it found events or not. Label `table`.
+pub const CLAIM_DURATION_SECONDS: &str = "outbox_claim_duration_seconds";
+/// Histogram: how long the sink (handler or publisher) took per delivery attempt, whatever its
+/// outcome. Labels `table`, `event_type`. In batch mode every item of a batch records the
+/// batch call's duration.
+pub const HANDLER_DURATION_SECONDS: &str = "outbox_handler_duration_seconds";
+/// Histogram: from the enqueue (the row's `created_at`, the enqueuing transaction's `now()`) to
+/// the accepted completion, for delivered events: the time from the business change to a
+/// receiver having the event. Labels `table`, `event_type`.
+pub const DELIVERY_LATENCY_SECONDS: &str = "outbox_delivery_latency_seconds";
+/// Histogram: attempts a delivered event took (1 when the first delivery succeeded). Labels
+/// `table`, `event_type`.
+pub const DELIVERY_ATTEMPTS: &str = "outbox_delivery_attempts";
+/// Every histogram above.
+pub const HISTOGRAMS: &[&str] = &[
+    CLAIM_WAIT_SECONDS,
+    CLAIM_DURATION_SECONDS,
+    HANDLER_DURATION_SECONDS,
+    DELIVERY_LATENCY_SECONDS,
+    DELIVERY_ATTEMPTS,
+];
+/// Buckets for the `_seconds` histograms: 1 ms to 1 hour.
+pub const SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    300.0, 900.0, 3600.0,
+];
+/// Buckets for [`DELIVERY_ATTEMPTS`].
+pub const ATTEMPTS_BUCKETS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0];
+
+/// Describe every metric of the worker to the installed recorder (help text and unit), once per
+/// process. Called by every worker at start; an exporter installed later misses the
+/// descriptions but not the series.
+pub fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(DELIVERED_TOTAL, "Events delivered and completed.");
+    describe_counter!(RETRIED_TOTAL, "Failed attempts scheduled for another try.");
+    describe_counter!(
+        EXHAUSTED_TOTAL,
+        "Events that used up their attempts, failed permanently, or could not be decoded."
+    );
+    describe_counter!(
+        UNDECODABLE_TOTAL,
+        "Claimed rows exhausted because their payload or headers cannot be decoded."
+    );
+    describe_counter!(
+        STALE_COMPLETIONS_TOTAL,
+        "Completions or failures rejected because the claim was lost."
+    );
+    describe_counter!(LEASE_RENEWALS_TOTAL, "Leases extended by the renewer.");
+    describe_counter!(LEASE_LOST_TOTAL, "Leases lost while their delivery ran.");
+    describe_counter!(
+        RELEASED_TOTAL,
+        "Claims handed back at shutdown without charging an attempt."
+    );
+    describe_gauge!(
+        PENDING,
+        "Rows waiting to be claimed (maintenance leader only)."
+    );
+    describe_gauge!(
+        PROCESSING,
+        "Rows claimed by some worker (maintenance leader only)."
+    );
+    describe_gauge!(
+        EXHAUSTED,
+        "Rows that used up their attempts (maintenance leader only)."
+    );
+    describe_gauge!(
+        OLDEST_PENDING_AGE_SECONDS,
+        Unit::Seconds,
+        "Age of the oldest ready pending row, by the database clock (maintenance leader only)."
+    );
+    describe_histogram!(
+        CLAIM_WAIT_SECONDS,
+        Unit::Seconds,
+        "How long an event had been claimable when it was claimed."
+    );
+    describe_histogram!(
+        CLAIM_DURATION_SECONDS,
+        Unit::Seconds,
+        "Duration of one claim statement."
+    );
+    describe_histogram!(
+        HANDLER_DURATION_SECONDS,
+        Unit::Seconds,
+        "Duration of one sink call (handler or publisher)."
+    );
+    describe_histogram!(
+        DELIVERY_LATENCY_SECONDS,
+        Unit::Seconds,
+        "From enqueue to accepted completion, for delivered events."
+    );
+    describe_histogram!(
+        DELIVERY_ATTEMPTS,
+        Unit::Count,
+        "Attempts a delivered event took."
+    );
+}
 
 /// What one worker counted since it started. Read with
 /// [`crate::worker::WorkerHandle::counters`].
@@ -90,10 +202,16 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    /// The counters of a worker on `table`; registers every counter series at zero.
+    /// The counters of a worker on `table`; registers every counter and gauge series at zero.
     pub(crate) fn new(table: &str) -> Self {
+        describe();
         for &name in COUNTERS {
             metrics::counter!(name, "table" => table.to_owned()).increment(0);
+        }
+        // Adding zero registers the series without overwriting what another worker of the
+        // same table in this process, or the maintenance leader, already set.
+        for &name in GAUGES {
+            metrics::gauge!(name, "table" => table.to_owned()).increment(0.0);
         }
         Counters {
             table: table.to_owned(),
@@ -155,6 +273,33 @@ impl Counters {
         metrics::gauge!(EXHAUSTED, "table" => table.clone()).set(stats.exhausted as f64);
         let age = stats.oldest_pending_age.map_or(0.0, |a| a.as_secs_f64());
         metrics::gauge!(OLDEST_PENDING_AGE_SECONDS, "table" => table).set(age);
+    }
+
+    /// One claim statement took `took`.
+    pub(crate) fn claim_took(&self, took: Duration) {
+        metrics::histogram!(CLAIM_DURATION_SECONDS, "table" => self.table.clone())
+            .record(took.as_secs_f64());
+    }
+
+    /// An event of `event_type` was claimed after being claimable for `waited`.
+    pub(crate) fn claim_waited(&self, event_type: &str, waited: Duration) {
+        metrics::histogram!(CLAIM_WAIT_SECONDS, "table" => self.table.clone(), "event_type" => event_type.to_owned())
+            .record(waited.as_secs_f64());
+    }
+
+    /// The sink took `took` over one attempt at an event of `event_type`.
+    pub(crate) fn handler_took(&self, event_type: &str, took: Duration) {
+        metrics::histogram!(HANDLER_DURATION_SECONDS, "table" => self.table.clone(), "event_type" => event_type.to_owned())
+            .record(took.as_secs_f64());
+    }
+
+    /// An event of `event_type` was delivered `latency` after its enqueue, on attempt `attempts`.
+    pub(crate) fn delivered_after(&self, event_type: &str, latency: Duration, attempts: i32) {
+        let table = self.table.clone();
+        metrics::histogram!(DELIVERY_LATENCY_SECONDS, "table" => table.clone(), "event_type" => event_type.to_owned())
+            .record(latency.as_secs_f64());
+        metrics::histogram!(DELIVERY_ATTEMPTS, "table" => table, "event_type" => event_type.to_owned())
+            .record(f64::from(attempts));
     }
 
     pub(crate) fn snapshot(&self) -> WorkerCounters {

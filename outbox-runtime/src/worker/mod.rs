@@ -16,8 +16,8 @@
 //!
 //! One file per part: [`config`] (knobs and defaults), `claimer.rs`, `executor.rs` (one delivery:
 //! span, panic catching, outcome), `renewer.rs`, `completer.rs`, `maintenance.rs`,
-//! `listener.rs`, `shutdown.rs` (the handle and the drain), [`metrics`] and [`events`] (the test
-//! hook).
+//! `listener.rs`, `shutdown.rs` (the handle and the drain), [`sessions`] (a named pool per
+//! role), [`metrics`] and [`events`] (the test hook).
 //!
 //! # Guarantees
 //!
@@ -87,6 +87,7 @@ mod listener;
 mod maintenance;
 pub mod metrics;
 mod renewer;
+pub mod sessions;
 mod shutdown;
 mod vacuum;
 
@@ -104,6 +105,7 @@ pub use events::WorkerEvent;
 pub use listener::application_name as listener_application_name;
 pub use maintenance::MaintenanceCounts;
 pub use metrics::WorkerCounters;
+pub use sessions::{SessionRole, application_name};
 pub use shutdown::WorkerHandle;
 
 use crate::error::Result;
@@ -112,6 +114,7 @@ use crate::store::{DEFAULT_TABLE, Store};
 use events::Hook;
 use inflight::InFlight;
 use metrics::Counters;
+use sessions::Sessions;
 
 /// A configured worker, ready to [`Worker::start`].
 pub struct Worker {
@@ -156,14 +159,25 @@ impl Worker {
         // worker deliver the same event while the first call still runs.
         self.sink.check_lease(self.config.lease)?;
         crate::generate::verify_database_contracts(&self.pool).await?;
-        let store = if self.config.table == DEFAULT_TABLE {
-            Store::new(self.pool.clone())
-        } else {
-            Store::for_table(self.pool.clone(), &self.config.table)?
+        let table = self.config.table.as_str();
+        let store = |pool: &PgPool| {
+            if table == DEFAULT_TABLE {
+                Ok(Store::new(pool.clone()))
+            } else {
+                Store::for_table(pool.clone(), table)
+            }
         };
+        let sessions = Sessions::open(&self.pool, &self.config.name);
+        // The claimer's session is opened now: the first claim runs at once on a ready session
+        // (as it did on the service's warm pool), before the listener's first wake-up.
+        drop(sessions.claimer.acquire().await?);
         let shared = Arc::new(Shared {
             counters: Counters::new(&self.config.table),
-            store,
+            claim_store: store(&sessions.claimer)?,
+            outcome_store: store(&sessions.completer)?,
+            renew_store: store(&sessions.renewer)?,
+            maintenance_store: store(&sessions.maintenance)?,
+            sessions,
             sink: self.sink,
             config: self.config,
             inflight: InFlight::default(),
@@ -369,7 +383,16 @@ impl WorkerBuilder {
 
 /// What every part of one worker shares.
 pub(crate) struct Shared {
-    pub(crate) store: Store,
+    /// The claimer's statements, on its own session.
+    pub(crate) claim_store: Store,
+    /// Completions, failures and releases, on the completer's sessions.
+    pub(crate) outcome_store: Store,
+    /// Lease renewals, on the renewer's session.
+    pub(crate) renew_store: Store,
+    /// Recovery, purge and gauges, on the maintenance session.
+    pub(crate) maintenance_store: Store,
+    /// The pools behind the stores above, one per role (see [`sessions`]).
+    pub(crate) sessions: Sessions,
     pub(crate) sink: Arc<dyn Sink>,
     pub(crate) config: WorkerConfig,
     pub(crate) inflight: InFlight,

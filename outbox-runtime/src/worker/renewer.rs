@@ -112,7 +112,7 @@ impl Renewer {
         // Taken before the statement is sent (see `inflight`).
         let lease_ends = local_lease_end(Instant::now(), shared.config.lease);
         let lost = shared
-            .store
+            .renew_store
             .renew_many_if_owned(&claims, shared.config.lease)
             .await?;
         let renewed: Vec<_> = claims

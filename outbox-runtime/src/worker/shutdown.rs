@@ -179,6 +179,7 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> WorkerHandle {
         if let Some(m) = maintenance {
             let _ = m.await;
         }
+        shared.sessions.close().await;
         tracing::info!(worker = %shared.config.name, "outbox worker stopped");
         shared.hook.emit(|| WorkerEvent::Stopped);
         let _ = stopped_tx.send(true);

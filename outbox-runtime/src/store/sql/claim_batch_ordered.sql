@@ -54,4 +54,9 @@ SET status = 'processing',
 WHERE o.id = ANY (ARRAY(SELECT id FROM candidates))
 RETURNING o.id, o.event_id, o.event_type, o.event_version, o.aggregate_type, o.aggregate_id,
           o.aggregate_version, o.payload, o.headers, o.claim_version, o.attempts, o.max_attempts,
-          o.lease_until
+          o.lease_until,
+          -- For the worker's histograms, by the database clock: how long the row had been
+          -- claimable (available_at is not changed by this update, so o.* still holds it), and
+          -- how long ago it was enqueued.
+          greatest(extract(epoch FROM now() - o.available_at), 0)::float8 AS waited_seconds,
+          greatest(extract(epoch FROM now() - o.created_at), 0)::float8 AS age_seconds
