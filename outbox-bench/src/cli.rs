@@ -22,6 +22,10 @@ pub enum Workload {
     /// `--ordered-events` events over `--ordered-aggregates` aggregates, one worker with the
     /// builder's defaults, ordered and (for the ratio) unordered.
     Ordered,
+    /// Drain `--broker-events` events into RabbitMQ (`--amqp-url`), one publish per delivery
+    /// and in batches, next to the same drain into the no-op sink. Not in the default list: it
+    /// needs a broker.
+    Amqp,
 }
 
 /// Throughput, enqueue overhead and latency of the outbox against a raw-SQL ceiling measured
@@ -97,6 +101,15 @@ pub struct Args {
     /// Aggregates the many-aggregate drain spreads its events over.
     #[arg(long, default_value_t = 100)]
     pub ordered_aggregates: i64,
+    /// Events of each broker drain.
+    #[arg(long, default_value_t = 20_000)]
+    pub broker_events: i64,
+    /// Events per `deliver_batch` call of the broker drains in batch mode.
+    #[arg(long, default_value_t = 100)]
+    pub broker_batch: usize,
+    /// The RabbitMQ of the `amqp` workload.
+    #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    pub amqp_url: String,
     /// Print the results as one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,

@@ -18,11 +18,14 @@
 //! - `latency`: commit-to-handler-start of an idle worker;
 //! - `bloat`: a sustained run sampling dead tuples and table size;
 //! - `ordered`: per-aggregate ordered delivery, a chain of one aggregate and many aggregates,
-//!   next to the unordered drain of the same events.
+//!   next to the unordered drain of the same events;
+//! - `amqp` (only when asked for): the tuned drain into RabbitMQ, one publish per delivery and
+//!   in batches, each next to the same drain into the no-op sink.
 //!
 //! Progress goes to stderr; the table (or with `--json` one JSON document) to stdout.
 
 mod bloat;
+mod brokers;
 mod ceiling;
 mod cli;
 mod db;
@@ -113,6 +116,9 @@ async fn run(args: &Args) -> BenchResult<()> {
     }
     if args.wants(Workload::Ordered) {
         rows.extend(measure_ordered(args, &db, runs).await?);
+    }
+    if args.wants(Workload::Amqp) {
+        rows.extend(measure_amqp(args, &db, &shape, tuned, runs).await?);
     }
     let mut bloat_run = None;
     if args.wants(Workload::Bloat) {
@@ -361,6 +367,65 @@ async fn measure_ordered(args: &Args, db: &BenchDb, runs: usize) -> BenchResult<
                 runs_note(&ordered_rates),
                 thousands(unordered),
                 1e3 * aggregates as f64 / rate
+            ),
+        });
+    }
+    Ok(rows)
+}
+
+/// Drains into RabbitMQ (one publish per delivery, then batches) and into the no-op sink with
+/// the same worker setting, interleaved run by run; each broker row's ratio is to the no-op
+/// drain of its run's median.
+async fn measure_amqp(
+    args: &Args,
+    db: &BenchDb,
+    shape: &PayloadShape,
+    setting: DrainSetting,
+    runs: usize,
+) -> BenchResult<Vec<Row>> {
+    let n = args.broker_events;
+    let variants = [None, Some(args.broker_batch.max(1))];
+    let mut noop = Vec::new();
+    let mut rates = vec![Vec::new(); variants.len()];
+    for run in 1..=runs {
+        let d = drain::run_outbox(db, n, shape, setting).await?;
+        progress("amqp", &format!("run {run}: no-op sink {} events/s", thousands(d.rate)));
+        noop.push(d.rate);
+        for (i, batch) in variants.iter().enumerate() {
+            let d = brokers::run_amqp(db, &args.amqp_url, n, shape, setting, *batch).await?;
+            progress(
+                "amqp",
+                &format!(
+                    "run {run}: RabbitMQ {} {} events/s ({} messages in {:.2} s)",
+                    batch.map_or("one publish per delivery".to_owned(), |b| format!("batch {b}")),
+                    thousands(d.rate),
+                    d.handled,
+                    d.secs
+                ),
+            );
+            rates[i].push(d.rate);
+        }
+    }
+    let baseline = median_spread(&noop).0;
+    let mut rows = Vec::new();
+    for (batch, all) in variants.iter().zip(&rates) {
+        let rate = median_spread(all).0;
+        let sep = if runs > 1 { "; " } else { "" };
+        rows.push(Row {
+            workload: "amqp",
+            setting: format!(
+                "{n} events into RabbitMQ, {}, {}",
+                batch.map_or("one publish per delivery".to_owned(), |b| format!("batches of {b}")),
+                setting.label()
+            ),
+            value: rate,
+            unit: "events/s",
+            vs_ceiling: None,
+            vs_baseline: Some(rate / baseline),
+            notes: format!(
+                "{}{sep}no-op sink, same setting: {} events/s; persistent messages, durable queue, publisher confirms",
+                runs_note(all),
+                thousands(baseline)
             ),
         });
     }

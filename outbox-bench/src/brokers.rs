@@ -1,0 +1,85 @@
+//! Broker drains: the drain's events delivered by the worker to a real broker, each next to
+//! the same drain into the no-op sink measured in the same run (the ratio says what the broker
+//! round trip costs on top of the outbox itself).
+//!
+//! - RabbitMQ: a durable topic exchange of the run's own with one durable queue bound to
+//!   every routing key, so each persistent message is routed, stored and confirmed. Checked
+//!   after each drain: the queue holds at least one message per event.
+
+use std::time::{Duration, Instant};
+
+use lapin::options::{ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::FieldTable;
+use lapin::{Connection, ExchangeKind};
+use outbox_runtime::publish::amqp::{self, AmqpConfig, AmqpPublisher};
+
+use crate::BenchResult;
+use crate::db::BenchDb;
+use crate::drain::{self, DrainSetting, Drained};
+use crate::event::PayloadShape;
+
+/// A broker drain that has not finished by then is reported as failed.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// One drain of `n` events into RabbitMQ at `url`, with `batch` events per
+/// `deliver_batch` call (`None`: one publish per delivery).
+pub async fn run_amqp(
+    db: &BenchDb,
+    url: &str,
+    n: i64,
+    shape: &PayloadShape,
+    setting: DrainSetting,
+    batch: Option<usize>,
+) -> BenchResult<Drained> {
+    let unique = uuid::Uuid::new_v4().simple().to_string();
+    let exchange = format!("outbox.bench.{unique}");
+    let queue = format!("outbox-bench-{unique}");
+    let config = AmqpConfig {
+        exchange: exchange.clone(),
+        declare_exchange: Some(ExchangeKind::Topic),
+        batch,
+        ..AmqpConfig::default()
+    };
+    let publisher = AmqpPublisher::connect(url, config).await?;
+    let connection = Connection::connect(url, amqp::connection_properties()).await?;
+    let channel = connection.create_channel().await?;
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    channel
+        .queue_declare(&queue, durable, FieldTable::default())
+        .await?;
+    channel
+        .queue_bind(&queue, &exchange, "#", QueueBindOptions::default(), FieldTable::default())
+        .await?;
+
+    db.truncate_outboxes().await?;
+    drain::prefill_typed(db, n, shape).await?;
+    db.settle().await?;
+    let started = Instant::now();
+    let handles = setting.start(db, &publisher).await?;
+    let drained = db.wait_drained(DRAIN_TIMEOUT).await?;
+    let secs = started.elapsed().as_secs_f64();
+    drain::stop(handles).await;
+
+    let stored = channel
+        .queue_delete(&queue, QueueDeleteOptions::default())
+        .await?;
+    channel
+        .exchange_delete(&exchange, ExchangeDeleteOptions::default())
+        .await?;
+    let _ = connection.close(200, "bench done").await;
+    if !drained {
+        return Err(format!("the RabbitMQ drain did not finish within {DRAIN_TIMEOUT:?}").into());
+    }
+    let stored = i64::from(stored);
+    if stored < n {
+        return Err(format!("the queue holds {stored} messages for {n} delivered events").into());
+    }
+    Ok(Drained {
+        secs,
+        rate: n as f64 / secs,
+        handled: stored,
+    })
+}
