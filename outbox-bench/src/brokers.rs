@@ -5,6 +5,8 @@
 //! - RabbitMQ: a durable topic exchange of the run's own with one durable queue bound to
 //!   every routing key, so each persistent message is routed, stored and confirmed. Checked
 //!   after each drain: the queue holds at least one message per event.
+//! - Kafka: a topic of the run's own (deleted after), records acknowledged by all in-sync
+//!   replicas. Checked after each drain: the topic holds at least one record per event.
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +14,8 @@ use lapin::options::{ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOption
 use lapin::types::FieldTable;
 use lapin::{Connection, ExchangeKind};
 use outbox_runtime::publish::amqp::{self, AmqpConfig, AmqpPublisher};
+use outbox_runtime::publish::kafka::{KafkaConfig, KafkaPublisher};
+use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
 
 use crate::BenchResult;
 use crate::db::BenchDb;
@@ -76,6 +80,62 @@ pub async fn run_amqp(
     let stored = i64::from(stored);
     if stored < n {
         return Err(format!("the queue holds {stored} messages for {n} delivered events").into());
+    }
+    Ok(Drained {
+        secs,
+        rate: n as f64 / secs,
+        handled: stored,
+    })
+}
+
+/// One drain of `n` events into a new topic of `partitions` partitions on the Kafka brokers
+/// `brokers`, with `batch` events per `deliver_batch` call (`None`: one produce per delivery).
+/// Checked after the drain: the topic holds at least one record per event.
+pub async fn run_kafka(
+    db: &BenchDb,
+    brokers: &str,
+    n: i64,
+    shape: &PayloadShape,
+    setting: DrainSetting,
+    batch: Option<usize>,
+    partitions: i32,
+) -> BenchResult<Drained> {
+    let topic = format!("outbox-bench-{}", uuid::Uuid::new_v4().simple());
+    let config = KafkaConfig {
+        topic: topic.clone(),
+        create_topic: Some((partitions, 1)),
+        batch,
+        ..KafkaConfig::default()
+    };
+    let publisher = KafkaPublisher::connect(brokers, config).await?;
+
+    db.truncate_outboxes().await?;
+    drain::prefill_typed(db, n, shape).await?;
+    db.settle().await?;
+    let started = Instant::now();
+    let handles = setting.start(db, &publisher).await?;
+    let drained = db.wait_drained(DRAIN_TIMEOUT).await?;
+    let secs = started.elapsed().as_secs_f64();
+    drain::stop(handles).await;
+    if !drained {
+        return Err(format!("the Kafka drain did not finish within {DRAIN_TIMEOUT:?}").into());
+    }
+
+    let mut stored = 0;
+    for partition in 0..partitions {
+        let reader = publisher
+            .client()
+            .partition_client(topic.clone(), partition, UnknownTopicHandling::Retry)
+            .await?;
+        let earliest = reader.get_offset(OffsetAt::Earliest).await?;
+        let latest = reader.get_offset(OffsetAt::Latest).await?;
+        stored += latest - earliest;
+    }
+    if let Ok(controller) = publisher.client().controller_client() {
+        let _ = controller.delete_topic(topic, 10_000).await;
+    }
+    if stored < n {
+        return Err(format!("the topic holds {stored} records for {n} delivered events").into());
     }
     Ok(Drained {
         secs,

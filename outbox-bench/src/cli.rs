@@ -26,6 +26,10 @@ pub enum Workload {
     /// and in batches, next to the same drain into the no-op sink. Not in the default list: it
     /// needs a broker.
     Amqp,
+    /// Drain `--broker-events` events into Kafka (`--kafka-brokers`), one produce per delivery
+    /// and in batches, next to the same drain into the no-op sink. Not in the default list: it
+    /// needs a broker.
+    Kafka,
 }
 
 /// Throughput, enqueue overhead and latency of the outbox against a raw-SQL ceiling measured
@@ -110,6 +114,12 @@ pub struct Args {
     /// The RabbitMQ of the `amqp` workload.
     #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
     pub amqp_url: String,
+    /// The Kafka brokers of the `kafka` workload (host:port, comma separated).
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub kafka_brokers: String,
+    /// Partitions of the `kafka` workload's topic.
+    #[arg(long, default_value_t = 6)]
+    pub kafka_partitions: i32,
     /// Print the results as one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,

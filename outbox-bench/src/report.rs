@@ -9,7 +9,7 @@ use crate::latency::LatencyStats;
 /// One line of the table.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
-    /// Workload name (`ceiling`, `drain`, `enqueue`, `latency`, `bloat`, `ordered`, `amqp`).
+    /// Workload name (`ceiling`, `drain`, `enqueue`, `latency`, `bloat`, `ordered`, `amqp`, `kafka`).
     pub workload: &'static str,
     /// What was measured: the variant and its settings.
     pub setting: String,

@@ -191,3 +191,172 @@ mod tests {
         assert_eq!(AmqpPublishes::default().starts(&stream)[0], first_publish);
     }
 }
+
+// --- Kafka (tansu) ------------------------------------------------------------------------
+
+/// Where `.ci/run` installs the tansu broker (`cargo install` into a cache outside the clone).
+pub const TANSU_DEFAULT: &str = "/var/cache/outbox-ci/tansu/bin/tansu";
+
+/// The tansu binary: `TANSU_BIN`, else where `.ci/run` installs it. Panics with how to get it:
+/// these tests never pass without a real broker.
+pub fn tansu_bin() -> std::path::PathBuf {
+    let path = std::env::var("TANSU_BIN").unwrap_or_else(|_| TANSU_DEFAULT.to_owned());
+    let path = std::path::PathBuf::from(path);
+    assert!(
+        path.is_file(),
+        "the Kafka tests need the tansu broker at {} (a Kafka-protocol broker in Rust): run `.ci/run`, \
+         which installs it once, or `cargo install tansu --version 0.6.0 --locked --no-default-features \
+         --features dynostore --root /var/cache/outbox-ci/tansu`, or set TANSU_BIN",
+        path.display()
+    );
+    path
+}
+
+/// A tansu broker process of one test, with in-memory storage, listening on a loopback port of
+/// its own; killed (SIGKILL) when dropped.
+pub struct Tansu {
+    child: std::process::Child,
+    port: u16,
+    advertised: u16,
+}
+
+impl Tansu {
+    /// Start a broker that advertises its own address.
+    pub async fn start() -> Tansu {
+        let port = crate::adapters_support::closed_port();
+        Tansu::spawn(port, port).await
+    }
+
+    /// Start a broker behind a proxy: clients bootstrap through the proxy, and the broker
+    /// advertises the proxy's address, so every connection of theirs goes through it.
+    pub async fn behind_proxy() -> (Tansu, Proxy) {
+        let port = crate::adapters_support::closed_port();
+        let upstream: SocketAddr = ([127, 0, 0, 1], port).into();
+        let proxy = Proxy::start(upstream, || Box::new(KafkaProduces::default())).await;
+        let tansu = Tansu::spawn(port, proxy.port()).await;
+        (tansu, proxy)
+    }
+
+    async fn spawn(port: u16, advertised: u16) -> Tansu {
+        let child = std::process::Command::new(tansu_bin())
+            .arg("broker")
+            .arg("--listener-url")
+            .arg(format!("tcp://127.0.0.1:{port}"))
+            .arg("--advertised-listener-url")
+            .arg(format!("tcp://127.0.0.1:{advertised}"))
+            .arg("--storage-engine")
+            .arg("memory://tansu/")
+            .arg("--cluster-id")
+            .arg(format!("outbox-test-{port}"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting tansu");
+        let mut tansu = Tansu {
+            child,
+            port,
+            advertised,
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                return tansu;
+            }
+            if let Ok(Some(status)) = tansu.child.try_wait() {
+                panic!("tansu exited before listening on 127.0.0.1:{port}: {status}");
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "tansu did not listen on 127.0.0.1:{port} within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The bootstrap address clients use (the proxy's when behind one).
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.advertised)
+    }
+
+    /// The broker's own port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The Kafka framing of a client's bytes: requests of `size (4) api_key (2) ...`. Counts
+/// Produce requests (api key 0): a cut before the next one leaves every earlier request whole.
+#[derive(Debug, Default)]
+pub struct KafkaProduces {
+    /// The first bytes of the current request (its size and api key).
+    head: Vec<u8>,
+    /// Bytes of the current request to pass without looking.
+    skip: usize,
+}
+
+const PRODUCE: i16 = 0;
+
+impl Framing for KafkaProduces {
+    fn starts(&mut self, chunk: &[u8]) -> Vec<usize> {
+        let mut starts = Vec::new();
+        let mut head_at = None;
+        let mut i = 0;
+        while i < chunk.len() {
+            if self.skip > 0 {
+                let n = self.skip.min(chunk.len() - i);
+                self.skip -= n;
+                i += n;
+                continue;
+            }
+            if self.head.is_empty() {
+                head_at = Some(i);
+            }
+            self.head.push(chunk[i]);
+            i += 1;
+            if self.head.len() == 6 {
+                let size = i32::from_be_bytes(self.head[0..4].try_into().unwrap());
+                let api_key = i16::from_be_bytes([self.head[4], self.head[5]]);
+                if api_key == PRODUCE {
+                    starts.push(head_at.unwrap_or(0));
+                }
+                self.skip = usize::try_from(size).unwrap_or(0).saturating_sub(2);
+                self.head.clear();
+            }
+        }
+        starts
+    }
+}
+
+#[cfg(test)]
+mod kafka_framing_tests {
+    use super::*;
+
+    #[test]
+    fn produce_requests_are_found_across_chunk_boundaries() {
+        let request = |api_key: i16, body: &[u8]| {
+            let mut r = ((body.len() + 2) as i32).to_be_bytes().to_vec();
+            r.extend_from_slice(&api_key.to_be_bytes());
+            r.extend_from_slice(body);
+            r
+        };
+        let mut stream = Vec::new();
+        for _ in 0..3 {
+            stream.extend(request(18, &[0, 3, 0, 0, 0, 1]));
+            stream.extend(request(0, &[0, 9, 0, 0, 0, 2, 0, 0, 0, 0]));
+        }
+        for split in 0..stream.len() {
+            let mut framing = KafkaProduces::default();
+            let (a, b) = stream.split_at(split);
+            assert_eq!(framing.starts(a).len() + framing.starts(b).len(), 3, "split at {split}");
+        }
+        assert_eq!(KafkaProduces::default().starts(&stream)[0], 12);
+    }
+}

@@ -200,6 +200,12 @@ impl AmqpPublisher {
                 redactor.redact(&e)
             ))
         })?;
+        // amq-protocol-uri 8 reads the host with `Url::domain`, which is empty for an IP
+        // address, and then falls back to `localhost`: `amqp://10.0.0.5` would connect to
+        // this machine. Take the host as written.
+        if let Some(host) = literal_ip_host(url) {
+            uri.authority.host = host;
+        }
         // The connection attempt itself must not outlast a delivery either.
         if uri.query.connection_timeout.is_none() {
             uri.query.connection_timeout =
@@ -701,6 +707,18 @@ fn validate(config: &AmqpConfig) -> Result<()> {
     Ok(())
 }
 
+/// The host of `url` when it is an IP address (`127.0.0.1`, `[::1]`), as written.
+fn literal_ip_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = match host_port.strip_prefix('[') {
+        Some(bracketed) => bracketed.split_once(']')?.0,
+        None => host_port.rsplit_once(':').map_or(host_port, |(h, _)| h),
+    };
+    host.parse::<std::net::IpAddr>().ok().map(|ip| ip.to_string())
+}
+
 /// Whether RabbitMQ acts on a header of this name: `CC` and `BCC` route the message to more
 /// queues, `x-*` headers drive plugins and policies (`x-delay`, `x-match`, ...). A stored
 /// header must not change where an event goes.
@@ -740,6 +758,20 @@ mod tests {
         assert!(with(|c| c.routing_key = RoutingKey::Fixed(String::new())).is_ok());
         assert!(with(|c| c.confirm_timeout = Duration::ZERO).is_err());
         assert!(with(|c| c.batch = Some(0)).is_err());
+    }
+
+    #[test]
+    fn an_ip_address_host_is_kept() {
+        assert_eq!(
+            literal_ip_host("amqp://u:p@10.0.0.5:5672/%2f").as_deref(),
+            Some("10.0.0.5")
+        );
+        assert_eq!(literal_ip_host("amqp://[::1]:5672").as_deref(), Some("::1"));
+        assert_eq!(literal_ip_host("amqp://127.0.0.1").as_deref(), Some("127.0.0.1"));
+        assert_eq!(literal_ip_host("amqp://rabbit:5672/vh"), None);
+        // What the client's own parser makes of an IP address host, which this works around.
+        let parsed: AMQPUri = "amqp://10.0.0.5:5672/%2f".parse().unwrap();
+        assert_eq!(parsed.authority.host, "localhost");
     }
 
     #[test]

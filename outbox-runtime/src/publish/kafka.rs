@@ -41,10 +41,9 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rskafka::BackoffConfig;
 use rskafka::client::error::{Error as KafkaError, ProtocolError};
-use rskafka::client::partition::{Compression, PartitionClient, UnknownTopicHandling};
+use rskafka::client::partition::{Compression, OffsetAt, PartitionClient, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder};
 use rskafka::record::Record;
-use tokio::sync::OnceCell;
 
 use super::{Envelope, metadata_headers, unless_lease_lost};
 use crate::delivery::{Delivery, HandlerError};
@@ -105,8 +104,8 @@ struct Shared {
     /// The bootstrap brokers, as given (host:port, no credentials).
     brokers: String,
     config: KafkaConfig,
-    /// One client per partition of the topic, made on first use.
-    partitions: Vec<OnceCell<Arc<PartitionClient>>>,
+    /// One client per partition of the topic, each already connected to its leader.
+    partitions: Vec<Arc<PartitionClient>>,
     counts: Counts,
 }
 
@@ -212,12 +211,38 @@ impl KafkaPublisher {
                  `kafka-topics.sh --create --topic {topic} --partitions 6`) or set KafkaConfig::create_topic"
             )));
         };
+        // Reach every partition's leader now: a topic without leaders fails at start, not at
+        // the first event.
+        let mut clients = Vec::new();
+        for partition in 0..partitions {
+            let reach = async {
+                let client = client
+                    .partition_client(topic.clone(), partition, UnknownTopicHandling::Retry)
+                    .await?;
+                client.get_offset(OffsetAt::Latest).await?;
+                Ok::<_, KafkaError>(client)
+            };
+            let partition_client = match tokio::time::timeout(wait, reach).await {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => {
+                    return Err(Error::Config(format!(
+                        "cannot reach the leader of Kafka topic `{topic}` partition {partition} at {brokers}: {e}"
+                    )));
+                }
+                Err(_) => {
+                    return Err(Error::Config(format!(
+                        "the leader of Kafka topic `{topic}` partition {partition} at {brokers} did not answer within {wait:?}"
+                    )));
+                }
+            };
+            clients.push(Arc::new(partition_client));
+        }
         Ok(KafkaPublisher {
             shared: Arc::new(Shared {
                 client,
                 brokers: brokers.to_owned(),
                 config,
-                partitions: (0..partitions).map(|_| OnceCell::new()).collect(),
+                partitions: clients,
                 counts: Counts::default(),
             }),
         })
@@ -286,32 +311,13 @@ impl KafkaPublisher {
         ))
     }
 
-    async fn partition_client(&self, partition: i32) -> Result<Arc<PartitionClient>, KafkaError> {
-        let cell = &self.shared.partitions[usize::try_from(partition).unwrap_or(0)];
-        cell.get_or_try_init(|| async {
-            self.shared
-                .client
-                .partition_client(
-                    self.shared.config.topic.clone(),
-                    partition,
-                    UnknownTopicHandling::Retry,
-                )
-                .await
-                .map(Arc::new)
-        })
-        .await
-        .cloned()
-    }
-
     /// Produce `records` to one partition as one request; one outcome for all of them.
     async fn produce(&self, partition: i32, records: Vec<Record>) -> Result<(), HandlerError> {
         let n = records.len() as u64;
         let topic = &self.shared.config.topic;
         let timeout = self.shared.config.ack_timeout;
-        let produce = async {
-            let client = self.partition_client(partition).await?;
-            client.produce(records, Compression::NoCompression).await
-        };
+        let client = &self.shared.partitions[usize::try_from(partition).unwrap_or(0)];
+        let produce = client.produce(records, Compression::NoCompression);
         let outcome = match tokio::time::timeout(timeout, produce).await {
             Ok(Ok(offsets)) => {
                 self.shared.counts.acknowledged.fetch_add(n, Ordering::Relaxed);
