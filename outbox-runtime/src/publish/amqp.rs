@@ -200,9 +200,9 @@ impl AmqpPublisher {
                 redactor.redact(&e)
             ))
         })?;
-        // amq-protocol-uri 8 reads the host with `Url::domain`, which is empty for an IP
-        // address, and then falls back to `localhost`: `amqp://10.0.0.5` would connect to
-        // this machine. Take the host as written.
+        // amq-protocol-uri 8 reads the host with `Url::domain`, which is empty for an IPv6
+        // address, and then falls back to `localhost`: `amqp://[fd00::5]` would connect to
+        // this machine. Take an IP address host as written.
         if let Some(host) = literal_ip_host(url) {
             uri.authority.host = host;
         }
@@ -769,9 +769,10 @@ mod tests {
         assert_eq!(literal_ip_host("amqp://[::1]:5672").as_deref(), Some("::1"));
         assert_eq!(literal_ip_host("amqp://127.0.0.1").as_deref(), Some("127.0.0.1"));
         assert_eq!(literal_ip_host("amqp://rabbit:5672/vh"), None);
-        // What the client's own parser makes of an IP address host, which this works around.
-        let parsed: AMQPUri = "amqp://10.0.0.5:5672/%2f".parse().unwrap();
+        // What the client's own parser makes of an IPv6 host, which this works around.
+        let parsed: AMQPUri = "amqp://[fd00::5]:5672/%2f".parse().unwrap();
         assert_eq!(parsed.authority.host, "localhost");
+        assert_eq!(literal_ip_host("amqp://[fd00::5]:5672/%2f").as_deref(), Some("fd00::5"));
     }
 
     #[test]
