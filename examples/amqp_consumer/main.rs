@@ -92,6 +92,7 @@ async fn main() -> Result<(), consumer::BoxError> {
     }
     worker.shutdown().await;
     println!("published: {:?}", publisher.stats());
+    publisher.close().await;
 
     let first = consumer::consume(&pool, &channel, &queue, ORDERS as u64, Duration::from_secs(30)).await?;
     println!("ledger, first pass: {first:?}");

@@ -74,6 +74,7 @@ pub async fn run_amqp(
         .exchange_delete(&exchange, ExchangeDeleteOptions::default())
         .await?;
     let _ = connection.close(200, "bench done").await;
+    publisher.close().await;
     if !drained {
         return Err(format!("the RabbitMQ drain did not finish within {DRAIN_TIMEOUT:?}").into());
     }
