@@ -15,11 +15,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use adapters_support::{
-    LEASE, OrderShipped, Settled, TRACEPARENT, attempt, captured_logs, claim, closed_port,
-    enqueue, exhaust_with_a_worker, row, settle, wait_until,
+    LEASE, OrderShipped, Settled, TRACEPARENT, attempt, captured_logs, claim, closed_port, enqueue,
+    exhaust_with_a_worker, row, settle, wait_until,
 };
 use brokers_support::{amqp_proxy, amqp_url, amqp_url_via, queue_len, rabbit};
-use lapin::options::{BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueDeleteOptions};
+use lapin::options::{
+    BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueDeleteOptions,
+};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ExchangeKind};
 use outbox_runtime::publish::Envelope;
@@ -178,19 +180,31 @@ async fn an_event_is_delivered_once_confirmed_as_a_persistent_message_with_its_i
         properties.kind().as_ref().map(|s| s.as_str()),
         Some("test.order_shipped")
     );
-    assert_eq!(header(message, "Outbox-Event-Id"), Some(event_id.to_string()));
+    assert_eq!(
+        header(message, "Outbox-Event-Id"),
+        Some(event_id.to_string())
+    );
     assert_eq!(
         header(message, "Outbox-Event-Type").as_deref(),
         Some("test.order_shipped")
     );
-    assert_eq!(header(message, "Outbox-Event-Version").as_deref(), Some("3"));
+    assert_eq!(
+        header(message, "Outbox-Event-Version").as_deref(),
+        Some("3")
+    );
     assert_eq!(header(message, "Outbox-Attempt").as_deref(), Some("1"));
-    assert_eq!(header(message, "Outbox-Aggregate-Type").as_deref(), Some("order"));
+    assert_eq!(
+        header(message, "Outbox-Aggregate-Type").as_deref(),
+        Some("order")
+    );
     assert_eq!(
         header(message, "Outbox-Aggregate-Id"),
         Some(event.order_id.to_string())
     );
-    assert_eq!(header(message, "Outbox-Aggregate-Version").as_deref(), Some("7"));
+    assert_eq!(
+        header(message, "Outbox-Aggregate-Version").as_deref(),
+        Some("7")
+    );
     assert_eq!(header(message, "traceparent").as_deref(), Some(TRACEPARENT));
     let envelope: Envelope = serde_json::from_slice(&message.data).unwrap();
     assert_eq!(envelope.id, event_id);
@@ -229,9 +243,11 @@ async fn a_message_the_broker_took_is_not_delivered_until_its_confirm_arrives() 
         "{err}"
     );
     assert_eq!(settled, Settled::Rescheduled);
-    wait_until("the broker routed the unconfirmed message", Duration::from_secs(10), || async {
-        fx.messages().await == 1
-    })
+    wait_until(
+        "the broker routed the unconfirmed message",
+        Duration::from_secs(10),
+        || async { fx.messages().await == 1 },
+    )
     .await;
     assert_eq!(row(db.pool(), event_id).await.status, "pending");
     assert_eq!(publisher.stats().confirmed, 0);
@@ -406,7 +422,12 @@ async fn broker_down_then_up_loses_nothing() {
             }
         }
     };
-    wait_until("the first events delivered", Duration::from_secs(30), all_delivered(ids.clone())).await;
+    wait_until(
+        "the first events delivered",
+        Duration::from_secs(30),
+        all_delivered(ids.clone()),
+    )
+    .await;
 
     proxy.down();
     let mut during = Vec::new();
@@ -428,7 +449,10 @@ async fn broker_down_then_up_loses_nothing() {
     .await;
     for id in &during {
         let r = row(db.pool(), *id).await;
-        assert_ne!(r.status, "delivered", "delivered while the broker was away: {r:?}");
+        assert_ne!(
+            r.status, "delivered",
+            "delivered while the broker was away: {r:?}"
+        );
         assert!(
             r.last_error.as_deref().unwrap_or("").contains("RabbitMQ"),
             "{r:?}"
@@ -437,12 +461,24 @@ async fn broker_down_then_up_loses_nothing() {
 
     proxy.up().await;
     ids.extend(&during);
-    wait_until("every event delivered after the broker came back", Duration::from_secs(60), all_delivered(ids.clone())).await;
+    wait_until(
+        "every event delivered after the broker came back",
+        Duration::from_secs(60),
+        all_delivered(ids.clone()),
+    )
+    .await;
     worker.shutdown().await;
-    assert!(publisher.stats().links_opened >= 2, "{:?}", publisher.stats());
+    assert!(
+        publisher.stats().links_opened >= 2,
+        "{:?}",
+        publisher.stats()
+    );
 
     let in_queue = queue_len(&fx.channel, &fx.queue).await;
-    assert!(in_queue >= 10, "every delivered event is in the queue: {in_queue}");
+    assert!(
+        in_queue >= 10,
+        "every delivered event is in the queue: {in_queue}"
+    );
     let counts = consumer::consume(
         db.pool(),
         &fx.channel,
@@ -499,9 +535,11 @@ async fn a_connection_killed_mid_batch_loses_nothing_and_the_inbox_drops_the_dup
         assert!(!err.is_permanent(), "{err}");
         assert_eq!(settle(&store, event, result).await, Settled::Rescheduled);
     }
-    wait_until("the broker routed the eight whole messages", Duration::from_secs(10), || async {
-        fx.messages().await == 8
-    })
+    wait_until(
+        "the broker routed the eight whole messages",
+        Duration::from_secs(10),
+        || async { fx.messages().await == 8 },
+    )
     .await;
     proxy.release_replies();
 
@@ -520,7 +558,10 @@ async fn a_connection_killed_mid_batch_loses_nothing_and_the_inbox_drops_the_dup
     for message in &messages {
         let envelope: Envelope = serde_json::from_slice(&message.data).unwrap();
         assert_eq!(message_id(message), envelope.id);
-        assert_eq!(header(message, "Outbox-Event-Id"), Some(envelope.id.to_string()));
+        assert_eq!(
+            header(message, "Outbox-Event-Id"),
+            Some(envelope.id.to_string())
+        );
         copies.entry(envelope.id).or_default().push(envelope);
     }
     assert_eq!(copies.keys().copied().collect::<BTreeSet<_>>(), ids);
@@ -531,15 +572,23 @@ async fn a_connection_killed_mid_batch_loses_nothing_and_the_inbox_drops_the_dup
         assert_eq!(pair[0], pair[1]);
     }
 
-    let counts = consumer::consume(db.pool(), &fx.channel, &fx.queue, 28, Duration::from_secs(30))
+    let counts = consumer::consume(
+        db.pool(),
+        &fx.channel,
+        &fx.queue,
+        28,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (counts.applied, counts.duplicates, counts.rejected),
+        (20, 8, 0)
+    );
+    let per_event: Vec<i64> = sqlx::query_scalar("SELECT count(*) FROM ledger GROUP BY event_id")
+        .fetch_all(db.pool())
         .await
         .unwrap();
-    assert_eq!((counts.applied, counts.duplicates, counts.rejected), (20, 8, 0));
-    let per_event: Vec<i64> =
-        sqlx::query_scalar("SELECT count(*) FROM ledger GROUP BY event_id")
-            .fetch_all(db.pool())
-            .await
-            .unwrap();
     assert_eq!(per_event, vec![1; 20], "each event applied once");
     fx.cleanup().await;
 }
@@ -609,8 +658,15 @@ impl BrokerUser {
 
     fn assert_absent(&self, text: &str, context: &str) {
         for s in [&self.user, &self.password] {
-            for spelling in [s.clone(), adapters_support::encode(s), adapters_support::encode_lower(s)] {
-                assert!(!text.contains(&spelling), "{context} holds the secret {spelling:?}: {text}");
+            for spelling in [
+                s.clone(),
+                adapters_support::encode(s),
+                adapters_support::encode_lower(s),
+            ] {
+                assert!(
+                    !text.contains(&spelling),
+                    "{context} holds the secret {spelling:?}: {text}"
+                );
             }
         }
     }
@@ -653,11 +709,17 @@ async fn credentials_in_the_broker_url_leak_nowhere() {
         ..AmqpConfig::default()
     };
 
-    let refused = AmqpPublisher::connect(&user.url(&format!("127.0.0.1:{}", closed_port()), &user.password), config())
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(refused.contains("cannot connect to RabbitMQ at amqp://127.0.0.1:"), "{refused}");
+    let refused = AmqpPublisher::connect(
+        &user.url(&format!("127.0.0.1:{}", closed_port()), &user.password),
+        config(),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        refused.contains("cannot connect to RabbitMQ at amqp://127.0.0.1:"),
+        "{refused}"
+    );
     user.assert_absent(&refused, "the refused connection's error");
 
     let wrong = AmqpPublisher::connect(&user.url(&host_port, "not-the-password"), config())
@@ -672,7 +734,10 @@ async fn credentials_in_the_broker_url_leak_nowhere() {
         .unwrap();
     let shown = format!("{publisher:?}");
     user.assert_absent(&shown, "Debug of the publisher");
-    assert!(shown.contains(&format!("amqp://{host_port}/%2f")), "{shown}");
+    assert!(
+        shown.contains(&format!("amqp://{host_port}/%2f")),
+        "{shown}"
+    );
 
     // Unbind the fixture's queues: nothing takes the message, and the reason is recorded.
     for queue in [&fx.queue, &fx.audit] {
@@ -720,7 +785,10 @@ async fn a_batch_reports_each_event_on_its_own() {
     for ((event, _), result) in items.iter().zip(&results) {
         if event.event_id == ids[1] {
             let err = result.as_ref().unwrap_err();
-            assert!(err.is_permanent() && err.message.contains("over AMQP's limit"), "{err}");
+            assert!(
+                err.is_permanent() && err.message.contains("over AMQP's limit"),
+                "{err}"
+            );
             assert_eq!(settle(&store, event, result).await, Settled::Exhausted);
         } else {
             assert_eq!(result, &Ok::<(), HandlerError>(()));

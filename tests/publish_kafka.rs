@@ -95,7 +95,10 @@ async fn an_event_is_delivered_once_acknowledged_keyed_by_its_aggregate_with_its
     }
     let record = &all[&expected_partition][0];
     assert_eq!(record.record.key.as_deref(), Some(key.as_bytes()));
-    assert_eq!(header(record, "Outbox-Event-Id"), Some(event_id.to_string()));
+    assert_eq!(
+        header(record, "Outbox-Event-Id"),
+        Some(event_id.to_string())
+    );
     assert_eq!(
         header(record, "Outbox-Event-Type").as_deref(),
         Some("test.order_shipped")
@@ -103,9 +106,13 @@ async fn an_event_is_delivered_once_acknowledged_keyed_by_its_aggregate_with_its
     assert_eq!(header(record, "Outbox-Event-Version").as_deref(), Some("3"));
     assert_eq!(header(record, "Outbox-Attempt").as_deref(), Some("1"));
     assert_eq!(header(record, "Outbox-Aggregate-Id"), Some(key.clone()));
-    assert_eq!(header(record, "Outbox-Aggregate-Version").as_deref(), Some("7"));
+    assert_eq!(
+        header(record, "Outbox-Aggregate-Version").as_deref(),
+        Some("7")
+    );
     assert_eq!(header(record, "traceparent").as_deref(), Some(TRACEPARENT));
-    let envelope: Envelope = serde_json::from_slice(record.record.value.as_deref().unwrap()).unwrap();
+    let envelope: Envelope =
+        serde_json::from_slice(record.record.value.as_deref().unwrap()).unwrap();
     assert_eq!(envelope.id, event_id);
     assert_eq!(
         serde_json::from_value::<OrderShipped>(envelope.payload).unwrap(),
@@ -144,9 +151,11 @@ async fn a_record_the_broker_wrote_is_not_delivered_until_its_acknowledgement_ar
     assert_eq!(row(db.pool(), event_id).await.status, "pending");
     proxy.release_replies();
     // The broker had written it: the copy is there before any retry.
-    wait_until("the broker kept the unacknowledged record", Duration::from_secs(10), || async {
-        record_count(&publisher).await == 1
-    })
+    wait_until(
+        "the broker kept the unacknowledged record",
+        Duration::from_secs(10),
+        || async { record_count(&publisher).await == 1 },
+    )
     .await;
 
     let (outcome, settled) = attempt(&store, &publisher).await;
@@ -200,7 +209,12 @@ async fn broker_down_then_up_loses_nothing() {
     for _ in 0..5 {
         ids.push(enqueue(db.pool(), "before", 100).await.0);
     }
-    wait_until("the first events delivered", Duration::from_secs(30), all_delivered(ids.clone())).await;
+    wait_until(
+        "the first events delivered",
+        Duration::from_secs(30),
+        all_delivered(ids.clone()),
+    )
+    .await;
 
     proxy.down();
     let mut during = Vec::new();
@@ -222,17 +236,31 @@ async fn broker_down_then_up_loses_nothing() {
     .await;
     for id in &during {
         let r = row(db.pool(), *id).await;
-        assert_ne!(r.status, "delivered", "delivered while the broker was away: {r:?}");
-        assert!(r.last_error.as_deref().unwrap_or("").contains("Kafka"), "{r:?}");
+        assert_ne!(
+            r.status, "delivered",
+            "delivered while the broker was away: {r:?}"
+        );
+        assert!(
+            r.last_error.as_deref().unwrap_or("").contains("Kafka"),
+            "{r:?}"
+        );
     }
 
     proxy.up().await;
     ids.extend(&during);
-    wait_until("every event delivered after the broker came back", Duration::from_secs(60), all_delivered(ids.clone())).await;
+    wait_until(
+        "every event delivered after the broker came back",
+        Duration::from_secs(60),
+        all_delivered(ids.clone()),
+    )
+    .await;
     worker.shutdown().await;
 
     let in_topic = record_count(&publisher).await;
-    assert!(in_topic >= 10, "every delivered event is in the topic: {in_topic}");
+    assert!(
+        in_topic >= 10,
+        "every delivered event is in the topic: {in_topic}"
+    );
     let counts = consumer::consume(
         db.pool(),
         publisher.client(),
@@ -285,7 +313,10 @@ async fn a_connection_killed_mid_batch_loses_nothing_and_the_inbox_drops_the_dup
         .iter()
         .map(|(e, _)| partition_for(e.aggregate_id.as_deref().unwrap().as_bytes(), 4))
         .collect();
-    assert!(partitions_used.len() >= 3, "twenty random keys spread over the partitions");
+    assert!(
+        partitions_used.len() >= 3,
+        "twenty random keys spread over the partitions"
+    );
     proxy.hold_replies();
     proxy.cut_before(2);
     let results = publisher.deliver_batch(&items).await;
@@ -314,8 +345,12 @@ async fn a_connection_killed_mid_batch_loses_nothing_and_the_inbox_drops_the_dup
     let all = records(&publisher).await;
     let mut copies: BTreeMap<Uuid, Vec<Envelope>> = BTreeMap::new();
     for record in all.values().flatten() {
-        let envelope: Envelope = serde_json::from_slice(record.record.value.as_deref().unwrap()).unwrap();
-        assert_eq!(header(record, "Outbox-Event-Id"), Some(envelope.id.to_string()));
+        let envelope: Envelope =
+            serde_json::from_slice(record.record.value.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            header(record, "Outbox-Event-Id"),
+            Some(envelope.id.to_string())
+        );
         copies.entry(envelope.id).or_default().push(envelope);
     }
     assert_eq!(copies.keys().copied().collect::<BTreeSet<_>>(), ids);
@@ -336,7 +371,10 @@ async fn a_connection_killed_mid_batch_loses_nothing_and_the_inbox_drops_the_dup
     )
     .await
     .unwrap();
-    assert_eq!((counts.applied, counts.duplicates, counts.skipped), (20, written_first as u64, 0));
+    assert_eq!(
+        (counts.applied, counts.duplicates, counts.skipped),
+        (20, written_first as u64, 0)
+    );
     let per_event: Vec<i64> = sqlx::query_scalar("SELECT count(*) FROM ledger GROUP BY event_id")
         .fetch_all(db.pool())
         .await
@@ -356,7 +394,10 @@ async fn the_ack_timeout_must_be_shorter_than_the_lease_and_the_topic_must_exist
         .await
         .unwrap_err()
         .to_string();
-    assert!(err.contains("does not exist") && err.contains("create_topic"), "{err}");
+    assert!(
+        err.contains("does not exist") && err.contains("create_topic"),
+        "{err}"
+    );
 
     let publisher = KafkaPublisher::connect(&tansu.bootstrap(), config(1))
         .await
@@ -384,6 +425,13 @@ async fn connecting_to_no_broker_says_so_within_the_ack_timeout() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(err.contains("Kafka") && err.contains("start a broker"), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(
+        err.contains("Kafka") && err.contains("start a broker"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
 }

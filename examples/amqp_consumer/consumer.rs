@@ -12,12 +12,12 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use lapin::Channel;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions, QueueBindOptions,
     QueueDeclareOptions,
 };
 use lapin::types::FieldTable;
-use lapin::Channel;
 use outbox_runtime::inbox::{self, ApplyOutcome};
 use outbox_runtime::publish::Envelope;
 use sqlx::PgPool;

@@ -71,9 +71,12 @@ async fn main() -> Result<(), consumer::BoxError> {
     for n in 0..ORDERS {
         let mut tx = pool.begin().await?;
         let order_id = Uuid::new_v4();
-        OrderConfirmed { order_id, total_cents: 1000 + n }
-            .enqueue(&mut tx, &format!("confirm-order/{order_id}"))
-            .await?;
+        OrderConfirmed {
+            order_id,
+            total_cents: 1000 + n,
+        }
+        .enqueue(&mut tx, &format!("confirm-order/{order_id}"))
+        .await?;
         tx.commit().await?;
     }
 
@@ -86,7 +89,11 @@ async fn main() -> Result<(), consumer::BoxError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while store.stats().await?.delivered < ORDERS {
         if tokio::time::Instant::now() > deadline {
-            return Err(format!("not every event was delivered within 30 s: {:?}", store.stats().await?).into());
+            return Err(format!(
+                "not every event was delivered within 30 s: {:?}",
+                store.stats().await?
+            )
+            .into());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -94,15 +101,21 @@ async fn main() -> Result<(), consumer::BoxError> {
     println!("published: {:?}", publisher.stats());
     publisher.close().await;
 
-    let first = consumer::consume(&pool, &channel, &queue, ORDERS as u64, Duration::from_secs(30)).await?;
+    let first = consumer::consume(
+        &pool,
+        &channel,
+        &queue,
+        ORDERS as u64,
+        Duration::from_secs(30),
+    )
+    .await?;
     println!("ledger, first pass: {first:?}");
 
     // What a publisher retry after a lost confirm sends: the same messages again.
-    let again: Vec<(Uuid, i64)> = sqlx::query_as(
-        "SELECT event_id, total_cents FROM ledger ORDER BY id LIMIT 2",
-    )
-    .fetch_all(&pool)
-    .await?;
+    let again: Vec<(Uuid, i64)> =
+        sqlx::query_as("SELECT event_id, total_cents FROM ledger ORDER BY id LIMIT 2")
+            .fetch_all(&pool)
+            .await?;
     for (event_id, total_cents) in &again {
         let envelope = serde_json::json!({
             "id": event_id, "type": "order.confirmed", "version": 1,
@@ -118,9 +131,18 @@ async fn main() -> Result<(), consumer::BoxError> {
             )
             .await?;
     }
-    let second = consumer::consume(&pool, &channel, &queue, again.len() as u64, Duration::from_secs(30)).await?;
+    let second = consumer::consume(
+        &pool,
+        &channel,
+        &queue,
+        again.len() as u64,
+        Duration::from_secs(30),
+    )
+    .await?;
     println!("ledger, redelivered messages: {second:?}");
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger").fetch_one(&pool).await?;
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger")
+        .fetch_one(&pool)
+        .await?;
     println!("ledger rows: {rows} for {ORDERS} events");
 
     channel

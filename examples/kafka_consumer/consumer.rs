@@ -99,8 +99,9 @@ pub async fn consume(
         while counts.received + counts.skipped < expected {
             for (partition, reader) in (0..partitions).zip(&readers) {
                 let from = position(pool, reader, topic, partition).await?;
-                let (records, _high_watermark) =
-                    reader.fetch_records(from, 1..FETCH_BYTES, FETCH_WAIT_MS).await?;
+                let (records, _high_watermark) = reader
+                    .fetch_records(from, 1..FETCH_BYTES, FETCH_WAIT_MS)
+                    .await?;
                 // A fetch returns whole record batches: skip what is before the position.
                 for record in records.into_iter().filter(|r| r.offset >= from) {
                     match apply(pool, topic, partition, &record).await? {

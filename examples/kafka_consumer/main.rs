@@ -93,7 +93,15 @@ async fn main() -> Result<(), consumer::BoxError> {
     println!("produced: {:?}", publisher.stats());
 
     let client = publisher.client();
-    let first = consumer::consume(&pool, client, &topic, PARTITIONS, ORDERS as u64, Duration::from_secs(30)).await?;
+    let first = consumer::consume(
+        &pool,
+        client,
+        &topic,
+        PARTITIONS,
+        ORDERS as u64,
+        Duration::from_secs(30),
+    )
+    .await?;
     println!("ledger, first pass: {first:?}");
 
     // What a publisher retry after a lost acknowledgement writes: the same records again.
@@ -116,7 +124,15 @@ async fn main() -> Result<(), consumer::BoxError> {
             break;
         }
     }
-    let second = consumer::consume(&pool, client, &topic, PARTITIONS, again as u64, Duration::from_secs(30)).await?;
+    let second = consumer::consume(
+        &pool,
+        client,
+        &topic,
+        PARTITIONS,
+        again as u64,
+        Duration::from_secs(30),
+    )
+    .await?;
     println!("ledger, records written twice: {second:?}");
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger")
         .fetch_one(&pool)

@@ -10,7 +10,9 @@
 
 use std::time::{Duration, Instant};
 
-use lapin::options::{ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::options::{
+    ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
 use lapin::types::FieldTable;
 use lapin::{Connection, ExchangeKind};
 use outbox_runtime::publish::amqp::{self, AmqpConfig, AmqpPublisher};
@@ -55,7 +57,13 @@ pub async fn run_amqp(
         .queue_declare(&queue, durable, FieldTable::default())
         .await?;
     channel
-        .queue_bind(&queue, &exchange, "#", QueueBindOptions::default(), FieldTable::default())
+        .queue_bind(
+            &queue,
+            &exchange,
+            "#",
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
         .await?;
 
     db.truncate_outboxes().await?;

@@ -112,7 +112,11 @@ pub struct Args {
     #[arg(long, default_value_t = 100)]
     pub broker_batch: usize,
     /// The RabbitMQ of the `amqp` workload.
-    #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    #[arg(
+        long,
+        env = "AMQP_URL",
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+    )]
     pub amqp_url: String,
     /// The Kafka brokers of the `kafka` workload (host:port, comma separated).
     #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_runtime::{Event, Sink};
 use outbox_runtime::store::DEFAULT_TABLE;
 use outbox_runtime::store::EnqueueOptions;
 use outbox_runtime::worker::{Worker, WorkerConfig, WorkerHandle};
+use outbox_runtime::{Event, Sink};
 
 use crate::BenchResult;
 use crate::ceiling::{self, Completion};

@@ -399,9 +399,7 @@ impl Broker {
 
     fn notes(self, args: &Args) -> String {
         match self {
-            Broker::Amqp => {
-                "persistent messages, durable queue, publisher confirms".to_owned()
-            }
+            Broker::Amqp => "persistent messages, durable queue, publisher confirms".to_owned(),
             Broker::Kafka => format!(
                 "{} partitions, acks=all, at {}",
                 args.kafka_partitions, args.kafka_brokers
@@ -454,13 +452,18 @@ async fn measure_broker(
     };
     let variants = [None, Some(args.broker_batch.max(1))];
     let label = |batch: &Option<usize>| {
-        batch.map_or("one publish per delivery".to_owned(), |b| format!("batches of {b}"))
+        batch.map_or("one publish per delivery".to_owned(), |b| {
+            format!("batches of {b}")
+        })
     };
     let mut noop = Vec::new();
     let mut rates = vec![Vec::new(); variants.len()];
     for run in 1..=runs {
         let d = drain::run_outbox(db, n, shape, setting).await?;
-        progress(workload, &format!("run {run}: no-op sink {} events/s", thousands(d.rate)));
+        progress(
+            workload,
+            &format!("run {run}: no-op sink {} events/s", thousands(d.rate)),
+        );
         noop.push(d.rate);
         for (i, batch) in variants.iter().enumerate() {
             let d = broker.drain(args, db, shape, setting, *batch).await?;
@@ -485,7 +488,12 @@ async fn measure_broker(
         let sep = if runs > 1 { "; " } else { "" };
         rows.push(Row {
             workload,
-            setting: format!("{n} events into {}, {}, {}", broker.name(), label(batch), setting.label()),
+            setting: format!(
+                "{n} events into {}, {}, {}",
+                broker.name(),
+                label(batch),
+                setting.label()
+            ),
             value: rate,
             unit: "events/s",
             vs_ceiling: None,

@@ -19,8 +19,7 @@ use proxy::{Framing, Proxy};
 
 /// The RabbitMQ of the tests: `AMQP_URL`, or guest/guest on 127.0.0.1:5672.
 pub fn amqp_url() -> String {
-    std::env::var("AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
+    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
 }
 
 /// The broker's address, for a proxy in front of it.
@@ -43,7 +42,11 @@ pub async fn amqp_addr() -> SocketAddr {
 pub async fn amqp_url_via(port: u16) -> String {
     let url = amqp_url();
     let addr = amqp_addr().await;
-    url.replacen(&format!("{}:{}", addr.ip(), addr.port()), &format!("127.0.0.1:{port}"), 1)
+    url.replacen(
+        &format!("{}:{}", addr.ip(), addr.port()),
+        &format!("127.0.0.1:{port}"),
+        1,
+    )
 }
 
 /// A connection of the test itself (to look at queues), not through any proxy. Panics with how
@@ -260,7 +263,10 @@ impl Tansu {
         };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
                 return tansu;
             }
             if let Ok(Some(status)) = tansu.child.try_wait() {
@@ -355,7 +361,11 @@ mod kafka_framing_tests {
         for split in 0..stream.len() {
             let mut framing = KafkaProduces::default();
             let (a, b) = stream.split_at(split);
-            assert_eq!(framing.starts(a).len() + framing.starts(b).len(), 3, "split at {split}");
+            assert_eq!(
+                framing.starts(a).len() + framing.starts(b).len(),
+                3,
+                "split at {split}"
+            );
         }
         assert_eq!(KafkaProduces::default().starts(&stream)[0], 12);
     }

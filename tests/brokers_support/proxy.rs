@@ -58,7 +58,9 @@ impl Proxy {
             upstream.ip().is_loopback(),
             "the proxy only forwards to loopback, not to {upstream}"
         );
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding the proxy");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding the proxy");
         let port = listener.local_addr().unwrap().port();
         let control = Arc::new(Control {
             upstream,

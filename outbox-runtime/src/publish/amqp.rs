@@ -401,7 +401,10 @@ impl AmqpPublisher {
     /// next delivery opens a new one.
     async fn discard(&self, link: &Link) {
         let mut slot = self.shared.link.lock().await;
-        if slot.as_ref().is_some_and(|l| l.generation == link.generation) {
+        if slot
+            .as_ref()
+            .is_some_and(|l| l.generation == link.generation)
+        {
             *slot = None;
         }
     }
@@ -602,7 +605,9 @@ impl AmqpPublisher {
         HandlerError::retry(format!(
             "no confirm from {} for exchange `{}`, routing key `{routing_key}`, within {:?}; the broker \
              may have routed it, and the retry carries the same message_id",
-            self.shared.shown_server, self.shared.config.exchange, self.shared.config.confirm_timeout
+            self.shared.shown_server,
+            self.shared.config.exchange,
+            self.shared.config.confirm_timeout
         ))
     }
 
@@ -691,7 +696,10 @@ fn validate(config: &AmqpConfig) -> Result<()> {
     match &config.routing_key {
         RoutingKey::EventType => {}
         RoutingKey::Prefixed(prefix) => {
-            if prefix.is_empty() || prefix.len() > MAX_SHORT_STRING / 2 || !prefix.bytes().all(is_name_byte) {
+            if prefix.is_empty()
+                || prefix.len() > MAX_SHORT_STRING / 2
+                || !prefix.bytes().all(is_name_byte)
+            {
                 return Err(Error::Config(format!(
                     "`{prefix}` is not a valid routing key prefix: use 1 to {} letters, digits, `-`, `_`, `.` and `:`",
                     MAX_SHORT_STRING / 2
@@ -728,7 +736,9 @@ fn literal_ip_host(url: &str) -> Option<String> {
         Some(bracketed) => bracketed.split_once(']')?.0,
         None => host_port.rsplit_once(':').map_or(host_port, |(h, _)| h),
     };
-    host.parse::<std::net::IpAddr>().ok().map(|ip| ip.to_string())
+    host.parse::<std::net::IpAddr>()
+        .ok()
+        .map(|ip| ip.to_string())
 }
 
 /// Whether RabbitMQ acts on a header of this name: `CC` and `BCC` route the message to more
@@ -755,11 +765,16 @@ mod tests {
             f(&mut c);
             validate(&c)
         };
-        assert!(with(|c| c.exchange = String::new()).is_ok(), "the default exchange");
+        assert!(
+            with(|c| c.exchange = String::new()).is_ok(),
+            "the default exchange"
+        );
         assert!(with(|c| c.exchange = "acme.events:v2".into()).is_ok());
         for bad in ["a b", "x/y", "é"] {
-            let mut c = AmqpConfig::default();
-            c.exchange = bad.into();
+            let c = AmqpConfig {
+                exchange: bad.into(),
+                ..AmqpConfig::default()
+            };
             let err = validate(&c).unwrap_err().to_string();
             assert!(err.contains("not a valid exchange name"), "{bad}: {err}");
         }
@@ -779,12 +794,18 @@ mod tests {
             Some("10.0.0.5")
         );
         assert_eq!(literal_ip_host("amqp://[::1]:5672").as_deref(), Some("::1"));
-        assert_eq!(literal_ip_host("amqp://127.0.0.1").as_deref(), Some("127.0.0.1"));
+        assert_eq!(
+            literal_ip_host("amqp://127.0.0.1").as_deref(),
+            Some("127.0.0.1")
+        );
         assert_eq!(literal_ip_host("amqp://rabbit:5672/vh"), None);
         // What the client's own parser makes of an IPv6 host, which this works around.
         let parsed: AMQPUri = "amqp://[fd00::5]:5672/%2f".parse().unwrap();
         assert_eq!(parsed.authority.host, "localhost");
-        assert_eq!(literal_ip_host("amqp://[fd00::5]:5672/%2f").as_deref(), Some("fd00::5"));
+        assert_eq!(
+            literal_ip_host("amqp://[fd00::5]:5672/%2f").as_deref(),
+            Some("fd00::5")
+        );
     }
 
     #[test]

@@ -180,10 +180,13 @@ impl KafkaPublisher {
         let wait = config.ack_timeout;
         if let Some((partitions, replication)) = config.create_topic {
             let controller = client.controller_client().map_err(|e| {
-                Error::Config(format!("cannot reach the Kafka controller at {brokers}: {e}"))
+                Error::Config(format!(
+                    "cannot reach the Kafka controller at {brokers}: {e}"
+                ))
             })?;
             let timeout_ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
-            let create = controller.create_topic(topic.clone(), partitions, replication, timeout_ms);
+            let create =
+                controller.create_topic(topic.clone(), partitions, replication, timeout_ms);
             match tokio::time::timeout(wait, create).await {
                 Ok(Ok(())) => {}
                 Ok(Err(KafkaError::ServerError {
@@ -203,7 +206,9 @@ impl KafkaPublisher {
             }
         }
         let partitions = partition_count(&client, topic, wait).await.map_err(|e| {
-            Error::Config(format!("cannot read Kafka topic `{topic}` at {brokers}: {e}"))
+            Error::Config(format!(
+                "cannot read Kafka topic `{topic}` at {brokers}: {e}"
+            ))
         })?;
         let Some(partitions) = partitions.filter(|n| *n > 0) else {
             return Err(Error::Config(format!(
@@ -287,7 +292,11 @@ impl KafkaPublisher {
     }
 
     /// The record of an event and its partition.
-    fn record(&self, event: &ClaimedEvent, delivery: &Delivery) -> Result<(i32, Record), HandlerError> {
+    fn record(
+        &self,
+        event: &ClaimedEvent,
+        delivery: &Delivery,
+    ) -> Result<(i32, Record), HandlerError> {
         let key = match &event.aggregate_id {
             Some(id) => id.clone().into_bytes(),
             None => event.event_id.to_string().into_bytes(),
@@ -320,7 +329,10 @@ impl KafkaPublisher {
         let produce = client.produce(records, Compression::NoCompression);
         let outcome = match tokio::time::timeout(timeout, produce).await {
             Ok(Ok(offsets)) => {
-                self.shared.counts.acknowledged.fetch_add(n, Ordering::Relaxed);
+                self.shared
+                    .counts
+                    .acknowledged
+                    .fetch_add(n, Ordering::Relaxed);
                 tracing::trace!(topic = %topic, partition, ?offsets, "records acknowledged");
                 return Ok(());
             }
@@ -330,7 +342,10 @@ impl KafkaPublisher {
                  the broker may have written the record, and the retry carries the same Outbox-Event-Id"
             )),
         };
-        self.shared.counts.failed_requests.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .counts
+            .failed_requests
+            .fetch_add(1, Ordering::Relaxed);
         Err(outcome)
     }
 
@@ -358,9 +373,11 @@ impl KafkaPublisher {
                 Err(e) => results[i] = Some(Err(e)),
             }
         }
-        let requests = by_partition.into_iter().map(|(partition, (indexes, records))| async move {
-            (indexes, self.produce(partition, records).await)
-        });
+        let requests = by_partition
+            .into_iter()
+            .map(|(partition, (indexes, records))| async move {
+                (indexes, self.produce(partition, records).await)
+            });
         for (indexes, outcome) in futures::future::join_all(requests).await {
             for i in indexes {
                 results[i] = Some(outcome.clone());
@@ -505,12 +522,20 @@ mod tests {
             (b"foobar", -790_332_482),
             (b"a-little-bit-long-string", -985_981_536),
             (b"a-little-bit-longer-string", -1_486_304_829),
-            (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58_897_971),
+            (
+                b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+                -58_897_971,
+            ),
             (b"abc", 479_470_107),
         ];
         for (key, expected) in cases {
             let hash = murmur2::murmur2(key, KAFKA_MURMUR2_SEED);
-            assert_eq!(i32::from_ne_bytes(hash.to_ne_bytes()), expected, "{}", String::from_utf8_lossy(key));
+            assert_eq!(
+                i32::from_ne_bytes(hash.to_ne_bytes()),
+                expected,
+                "{}",
+                String::from_utf8_lossy(key)
+            );
         }
         assert_eq!(partition_for(b"abc", 1), 0);
         let p = partition_for(b"order-42", 6);

@@ -49,7 +49,12 @@ pub mod http;
 pub mod kafka;
 #[cfg(feature = "nats")]
 pub mod nats;
-#[cfg(any(feature = "nats", feature = "http", feature = "amqp", feature = "kafka"))]
+#[cfg(any(
+    feature = "nats",
+    feature = "http",
+    feature = "amqp",
+    feature = "kafka"
+))]
 pub mod redact;
 
 pub use fanout::FanOut;
@@ -58,7 +63,12 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::delivery::Delivery;
-#[cfg(any(feature = "nats", feature = "http", feature = "amqp", feature = "kafka"))]
+#[cfg(any(
+    feature = "nats",
+    feature = "http",
+    feature = "amqp",
+    feature = "kafka"
+))]
 use crate::delivery::HandlerError;
 use crate::store::ClaimedEvent;
 
@@ -227,7 +237,12 @@ fn is_forwardable_value(value: &str) -> bool {
 /// shutdown's deadline passed): then another worker may deliver the event, and this attempt's
 /// outcome could not be recorded anyway, so the request or publish is abandoned. A lease lost
 /// before sending sends nothing.
-#[cfg(any(feature = "nats", feature = "http", feature = "amqp", feature = "kafka"))]
+#[cfg(any(
+    feature = "nats",
+    feature = "http",
+    feature = "amqp",
+    feature = "kafka"
+))]
 pub(crate) async fn unless_lease_lost(
     delivery: &Delivery,
     send: impl std::future::Future<Output = Result<(), HandlerError>>,
