@@ -382,6 +382,41 @@ async fn a_connection_killed_mid_batch_loses_nothing_and_the_inbox_drops_the_dup
     assert_eq!(per_event, vec![1; 20], "each event applied once");
 }
 
+/// Many deliveries in flight at once (a worker with 200 slots, single records): every event the
+/// worker completed is in the topic, read back record by record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_acknowledged_record_is_in_the_topic_under_concurrency() {
+    let db = TestDatabase::new().await;
+    let tansu = Tansu::start().await;
+    let publisher = KafkaPublisher::connect(&tansu.bootstrap(), config(3))
+        .await
+        .unwrap();
+    let mut ids = BTreeSet::new();
+    for _ in 0..300 {
+        ids.insert(enqueue(db.pool(), "many", 10).await.0);
+    }
+    let worker = Worker::builder(db.pool().clone(), publisher.clone())
+        .lease(Duration::from_secs(30))
+        .concurrency(200)
+        .batch_size(100)
+        .start()
+        .await
+        .unwrap();
+    let store = Store::new(db.pool().clone());
+    wait_until("every event delivered", Duration::from_secs(60), || async {
+        store.stats().await.unwrap().delivered == 300
+    })
+    .await;
+    worker.shutdown().await;
+    let in_topic: BTreeSet<Uuid> = records(&publisher)
+        .await
+        .values()
+        .flatten()
+        .map(|r| header(r, "Outbox-Event-Id").unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(in_topic, ids, "every delivered event is in the topic");
+}
+
 #[tokio::test]
 async fn the_ack_timeout_must_be_shorter_than_the_lease_and_the_topic_must_exist() {
     let db = TestDatabase::new().await;

@@ -15,6 +15,7 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{Connection, ExchangeKind};
+use outbox_runtime::publish::HEADER_EVENT_ID;
 use outbox_runtime::publish::amqp::{self, AmqpConfig, AmqpPublisher};
 use outbox_runtime::publish::kafka::{KafkaConfig, KafkaPublisher};
 use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
@@ -130,21 +131,39 @@ pub async fn run_kafka(
         return Err(format!("the Kafka drain did not finish within {DRAIN_TIMEOUT:?}").into());
     }
 
+    // Read the topic back: every record, and the distinct event ids among them.
     let mut stored = 0;
+    let mut events = std::collections::HashSet::new();
+    let mut watermarks = 0;
     for partition in 0..partitions {
         let reader = publisher
             .client()
             .partition_client(topic.clone(), partition, UnknownTopicHandling::Retry)
             .await?;
-        let earliest = reader.get_offset(OffsetAt::Earliest).await?;
-        let latest = reader.get_offset(OffsetAt::Latest).await?;
-        stored += latest - earliest;
+        watermarks += reader.get_offset(OffsetAt::Latest).await?;
+        let mut from = reader.get_offset(OffsetAt::Earliest).await?;
+        loop {
+            let (records, _) = reader.fetch_records(from, 1..50_000_000, 100).await?;
+            let Some(last) = records.last() else { break };
+            from = last.offset + 1;
+            stored += records.len() as i64;
+            events.extend(
+                records
+                    .iter()
+                    .filter_map(|r| r.record.headers.get(HEADER_EVENT_ID).cloned()),
+            );
+        }
     }
     if let Ok(controller) = publisher.client().controller_client() {
         let _ = controller.delete_topic(topic, 10_000).await;
     }
-    if stored < n {
-        return Err(format!("the topic holds {stored} records for {n} delivered events").into());
+    if (events.len() as i64) < n {
+        return Err(format!(
+            "the topic holds {stored} records of {} distinct events (high watermarks {watermarks}) \
+             for {n} delivered events",
+            events.len()
+        )
+        .into());
     }
     Ok(Drained {
         secs,
