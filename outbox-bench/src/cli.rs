@@ -26,6 +26,14 @@ pub enum Workload {
     /// recorded and exported to memory by the SDK's batch processor) and off, interleaved.
     /// Needs `--features opentelemetry`.
     Traced,
+    /// Drain `--broker-events` events into RabbitMQ (`--amqp-url`), one publish per delivery
+    /// and in batches, next to the same drain into the no-op sink. Not in the default list: it
+    /// needs a broker.
+    Amqp,
+    /// Drain `--broker-events` events into Kafka (`--kafka-brokers`), one produce per delivery
+    /// and in batches, next to the same drain into the no-op sink. Not in the default list: it
+    /// needs a broker.
+    Kafka,
 }
 
 /// Throughput, enqueue overhead and latency of the outbox against a raw-SQL ceiling measured
@@ -101,6 +109,25 @@ pub struct Args {
     /// Aggregates the many-aggregate drain spreads its events over.
     #[arg(long, default_value_t = 100)]
     pub ordered_aggregates: i64,
+    /// Events of each broker drain.
+    #[arg(long, default_value_t = 20_000)]
+    pub broker_events: i64,
+    /// Events per `deliver_batch` call of the broker drains in batch mode.
+    #[arg(long, default_value_t = 100)]
+    pub broker_batch: usize,
+    /// The RabbitMQ of the `amqp` workload.
+    #[arg(
+        long,
+        env = "AMQP_URL",
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+    )]
+    pub amqp_url: String,
+    /// The Kafka brokers of the `kafka` workload (host:port, comma separated).
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub kafka_brokers: String,
+    /// Partitions of the `kafka` workload's topic.
+    #[arg(long, default_value_t = 6)]
+    pub kafka_partitions: i32,
     /// Print the results as one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_runtime::Event;
 use outbox_runtime::store::DEFAULT_TABLE;
 use outbox_runtime::store::EnqueueOptions;
 use outbox_runtime::worker::{Worker, WorkerConfig, WorkerHandle};
+use outbox_runtime::{Event, Sink};
 
 use crate::BenchResult;
 use crate::ceiling::{self, Completion};
@@ -74,15 +74,15 @@ impl DrainSetting {
         )
     }
 
-    /// Start this many workers delivering to `sink`.
-    pub async fn start(
+    /// Start this many workers delivering to `sink` (each worker gets a clone).
+    pub async fn start<S: Sink + Clone>(
         &self,
         db: &BenchDb,
-        sink: &Arc<CountingSink>,
+        sink: &S,
     ) -> BenchResult<Vec<WorkerHandle>> {
         let mut handles = Vec::with_capacity(self.workers);
         for _ in 0..self.workers {
-            let mut builder = Worker::builder(db.pool().clone(), Arc::clone(sink))
+            let mut builder = Worker::builder(db.pool().clone(), sink.clone())
                 .concurrency(self.concurrency)
                 .batch_size(self.batch_size)
                 .completion_batch(self.completion_batch, Duration::from_millis(5))

@@ -22,10 +22,13 @@
 //! - `traced` (only with `--features opentelemetry`, and only when named in `--workloads`): the
 //!   tuned drain with trace context through the outbox and span recording on, next to the same
 //!   drain with it off.
+//! - `amqp`, `kafka` (only when asked for): the tuned drain into RabbitMQ or Kafka, one publish
+//!   per delivery and in batches, each next to the same drain into the no-op sink.
 //!
 //! Progress goes to stderr; the table (or with `--json` one JSON document) to stdout.
 
 mod bloat;
+mod brokers;
 mod ceiling;
 mod cli;
 mod db;
@@ -133,6 +136,11 @@ async fn run(args: &Args) -> BenchResult<()> {
     }
     if args.wants(Workload::Ordered) {
         rows.extend(measure_ordered(args, &db, runs).await?);
+    }
+    for broker in [Broker::Amqp, Broker::Kafka] {
+        if args.wants(broker.workload()) {
+            rows.extend(measure_broker(broker, args, &db, &shape, tuned, runs).await?);
+        }
     }
     let mut bloat_run = None;
     if args.wants(Workload::Bloat) {
@@ -454,6 +462,147 @@ async fn measure_ordered(args: &Args, db: &BenchDb, runs: usize) -> BenchResult<
                 runs_note(&ordered_rates),
                 thousands(unordered),
                 1e3 * aggregates as f64 / rate
+            ),
+        });
+    }
+    Ok(rows)
+}
+
+/// A broker the drain can deliver to.
+#[derive(Debug, Clone, Copy)]
+enum Broker {
+    Amqp,
+    Kafka,
+}
+
+impl Broker {
+    fn workload(self) -> Workload {
+        match self {
+            Broker::Amqp => Workload::Amqp,
+            Broker::Kafka => Workload::Kafka,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Broker::Amqp => "RabbitMQ",
+            Broker::Kafka => "Kafka",
+        }
+    }
+
+    fn notes(self, args: &Args) -> String {
+        match self {
+            Broker::Amqp => "persistent messages, durable queue, publisher confirms".to_owned(),
+            Broker::Kafka => format!(
+                "{} partitions, acks=all, at {}",
+                args.kafka_partitions, args.kafka_brokers
+            ),
+        }
+    }
+
+    async fn drain(
+        self,
+        args: &Args,
+        db: &BenchDb,
+        shape: &PayloadShape,
+        setting: DrainSetting,
+        batch: Option<usize>,
+    ) -> BenchResult<drain::Drained> {
+        let n = args.broker_events;
+        match self {
+            Broker::Amqp => brokers::run_amqp(db, &args.amqp_url, n, shape, setting, batch).await,
+            Broker::Kafka => {
+                brokers::run_kafka(
+                    db,
+                    &args.kafka_brokers,
+                    n,
+                    shape,
+                    setting,
+                    batch,
+                    args.kafka_partitions,
+                )
+                .await
+            }
+        }
+    }
+}
+
+/// Drains into a broker (one publish per delivery, then batches) and into the no-op sink with
+/// the same worker setting, interleaved run by run; each broker row's ratio is to the no-op
+/// drain's median.
+async fn measure_broker(
+    broker: Broker,
+    args: &Args,
+    db: &BenchDb,
+    shape: &PayloadShape,
+    setting: DrainSetting,
+    runs: usize,
+) -> BenchResult<Vec<Row>> {
+    let n = args.broker_events;
+    let workload = match broker {
+        Broker::Amqp => "amqp",
+        Broker::Kafka => "kafka",
+    };
+    let variants = [None, Some(args.broker_batch.max(1))];
+    let label = |batch: &Option<usize>| {
+        batch.map_or("one publish per delivery".to_owned(), |b| {
+            format!("batches of {b}")
+        })
+    };
+    // The first drain after the database was created runs on cold caches and statistics:
+    // one untimed round of each so that no variant pays for it.
+    progress(workload, "warm-up (not counted)");
+    drain::run_outbox(db, n, shape, setting).await?;
+    for batch in &variants {
+        broker.drain(args, db, shape, setting, *batch).await?;
+    }
+    let mut noop = Vec::new();
+    let mut rates = vec![Vec::new(); variants.len()];
+    for run in 1..=runs {
+        let d = drain::run_outbox(db, n, shape, setting).await?;
+        progress(
+            workload,
+            &format!("run {run}: no-op sink {} events/s", thousands(d.rate)),
+        );
+        noop.push(d.rate);
+        for (i, batch) in variants.iter().enumerate() {
+            let d = broker.drain(args, db, shape, setting, *batch).await?;
+            progress(
+                workload,
+                &format!(
+                    "run {run}: {} {}: {} events/s ({} stored in {:.2} s)",
+                    broker.name(),
+                    label(batch),
+                    thousands(d.rate),
+                    d.handled,
+                    d.secs
+                ),
+            );
+            rates[i].push(d.rate);
+        }
+    }
+    let baseline = median_spread(&noop).0;
+    let mut rows = Vec::new();
+    for (batch, all) in variants.iter().zip(&rates) {
+        let rate = median_spread(all).0;
+        let sep = if runs > 1 { "; " } else { "" };
+        rows.push(Row {
+            workload,
+            setting: format!(
+                "{n} events into {}, {}, {}",
+                broker.name(),
+                label(batch),
+                setting.label()
+            ),
+            value: rate,
+            unit: "events/s",
+            vs_ceiling: None,
+            vs_baseline: Some(rate / baseline),
+            notes: format!(
+                "{}{sep}no-op sink, same setting: {} events/s; {}",
+                runs_note(all),
+                thousands(baseline),
+                broker.notes(args)
             ),
         });
     }

@@ -9,7 +9,7 @@ use crate::latency::LatencyStats;
 /// One line of the table.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
-    /// Workload name (`ceiling`, `drain`, `enqueue`, `latency`, `bloat`, `ordered`).
+    /// Workload name (`ceiling`, `drain`, `enqueue`, `latency`, `bloat`, `ordered`, `amqp`, `kafka`).
     pub workload: &'static str,
     /// What was measured: the variant and its settings.
     pub setting: String,
@@ -21,7 +21,8 @@ pub struct Row {
     /// deletes on completion; enqueue: the ceiling's minimal insert).
     pub vs_ceiling: Option<f64>,
     /// Enqueue: transactions/s divided by the baseline's (1 - overhead). Ordered: events/s
-    /// divided by the unordered drain's of the same events.
+    /// divided by the unordered drain's of the same events. Broker drains: events/s divided by
+    /// the no-op sink's drain with the same setting.
     pub vs_baseline: Option<f64>,
     /// Anything else worth knowing about the figure.
     pub notes: String,

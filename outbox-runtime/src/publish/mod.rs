@@ -5,6 +5,11 @@
 //!   stream acknowledged it.
 //! - [`http::HttpPublisher`] (feature `http`): a JSON `POST` with the stable `Idempotency-Key`,
 //!   one event per request or, in batch mode, an array answered with per-item results.
+//! - [`amqp::AmqpPublisher`] (feature `amqp`): RabbitMQ, persistent messages to an exchange
+//!   with the event id as `message_id`; an event counts as delivered only after the broker's
+//!   publisher confirm.
+//! - [`kafka::KafkaPublisher`] (feature `kafka`): Kafka, keyed by the aggregate id so a
+//!   partition keeps an aggregate's order, acknowledged by all in-sync replicas.
 //! - [`FanOut`]: one sink that hands each event to several (a broker and a webhook), delivered
 //!   only when all of them accepted it.
 //!
@@ -35,12 +40,21 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "amqp")]
+pub mod amqp;
 pub mod fanout;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 #[cfg(feature = "nats")]
 pub mod nats;
-#[cfg(any(feature = "nats", feature = "http"))]
+#[cfg(any(
+    feature = "nats",
+    feature = "http",
+    feature = "amqp",
+    feature = "kafka"
+))]
 pub mod redact;
 
 pub use fanout::FanOut;
@@ -49,7 +63,12 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::delivery::Delivery;
-#[cfg(any(feature = "nats", feature = "http"))]
+#[cfg(any(
+    feature = "nats",
+    feature = "http",
+    feature = "amqp",
+    feature = "kafka"
+))]
 use crate::delivery::HandlerError;
 use crate::store::ClaimedEvent;
 
@@ -223,7 +242,12 @@ fn is_forwardable_value(value: &str) -> bool {
 /// shutdown's deadline passed): then another worker may deliver the event, and this attempt's
 /// outcome could not be recorded anyway, so the request or publish is abandoned. A lease lost
 /// before sending sends nothing.
-#[cfg(any(feature = "nats", feature = "http"))]
+#[cfg(any(
+    feature = "nats",
+    feature = "http",
+    feature = "amqp",
+    feature = "kafka"
+))]
 pub(crate) async fn unless_lease_lost(
     delivery: &Delivery,
     send: impl std::future::Future<Output = Result<(), HandlerError>>,
