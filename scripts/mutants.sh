@@ -40,13 +40,14 @@ for t in ${MUTANTS_TESTS:-$default_tests}; do
   if [ "$t" = lib ]; then test_args+=(--lib); else test_args+=(--test "$t"); fi
 done
 
-# The mutants are built in a copy of the tree (so it may be edited meanwhile), with a copy of
-# target/ so that only the workspace's own crates rebuild there. --baseline skip: run
-# `cargo test` with the same selection once yourself first (a red baseline would count every
-# mutant as caught); the unmutated tree is not tested again here.
+# --in-place: the mutants are applied to this tree and built in its target/ (cargo-mutants
+# restores each file after its mutant). A copy would not keep target/'s timestamps and so
+# rebuild every dependency first. Do not edit the tree while this runs.
+# --baseline skip: run `cargo test` with the same selection once yourself first (a red
+# baseline would count every mutant as caught); the unmutated tree is not tested again here.
 mkdir -p "target/mutants/$folder"
 exec cargo mutants \
-  --copy-target true \
+  --in-place \
   --baseline skip \
   --package outbox-runtime \
   --test-package outbox-runtime --test-package outbox-workspace \

@@ -28,3 +28,13 @@ pub use contract_lock::check_contract_lock;
 pub use payload::check_payload;
 #[cfg(feature = "http")]
 pub use receiver_answer::{ReceiverAnswer, check_receiver_answer};
+
+/// Cases per property test: 512, or `PROPTEST_CASES` for a longer run on a stable toolchain
+/// (`PROPTEST_CASES=100000 cargo test -p outbox-runtime --lib fuzz_targets`).
+#[cfg(test)]
+fn proptest_cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(512)
+}

@@ -53,7 +53,10 @@ pub fn check_cli_args(args: &[OsString]) {
             return;
         }
         Err(Exit::Ok) => {
-            assert!(err.is_empty() && !out.is_empty(), "help or version without text");
+            assert!(
+                err.is_empty() && !out.is_empty(),
+                "help or version without text"
+            );
             return;
         }
         Err(other) => panic!("the parser ended with {other:?}"),
@@ -81,13 +84,48 @@ mod tests {
     /// Words the parser knows, values of every kind, and anything.
     fn arg() -> impl Strategy<Value = OsString> {
         let known = proptest::sample::select(vec![
-            "migrate", "migrations", "generate", "check", "status", "retry", "purge", "grants",
-            "help", "--json", "--table", "--limit", "--type", "--older-than", "--batch",
-            "--enqueuer", "--worker", "--inbox-consumer", "--database-url", "--dir", "--help",
-            "-h", "--version", "-V", "--", "-", "=", "outbox", "app_worker", "app_enqueuer",
-            "public", "Robert'); DROP TABLE outbox; --", "7d", "12h", "0s", "99999999999999999999d",
-            "-1", "9223372036854775808", "3f1c2a9e-5b3d-4c8f-9e07-d1a4b2c6e835",
-            "--table=outbox", "--enqueuer=a", "--worker=a",
+            "migrate",
+            "migrations",
+            "generate",
+            "check",
+            "status",
+            "retry",
+            "purge",
+            "grants",
+            "help",
+            "--json",
+            "--table",
+            "--limit",
+            "--type",
+            "--older-than",
+            "--batch",
+            "--enqueuer",
+            "--worker",
+            "--inbox-consumer",
+            "--database-url",
+            "--dir",
+            "--help",
+            "-h",
+            "--version",
+            "-V",
+            "--",
+            "-",
+            "=",
+            "outbox",
+            "app_worker",
+            "app_enqueuer",
+            "public",
+            "Robert'); DROP TABLE outbox; --",
+            "7d",
+            "12h",
+            "0s",
+            "99999999999999999999d",
+            "-1",
+            "9223372036854775808",
+            "3f1c2a9e-5b3d-4c8f-9e07-d1a4b2c6e835",
+            "--table=outbox",
+            "--enqueuer=a",
+            "--worker=a",
         ]);
         prop_oneof![
             4 => known.prop_map(OsString::from),
@@ -97,7 +135,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
+        #![proptest_config(ProptestConfig::with_cases(crate::fuzz_targets::proptest_cases()))]
 
         #[test]
         fn any_arguments_keep_the_contract(args in proptest::collection::vec(arg(), 0..6)) {
@@ -119,14 +157,24 @@ mod tests {
             &["--help"],
             &["--version"],
             &["status"],
-            &["grants", "--enqueuer", "app_enqueuer", "--worker", "app_worker"],
+            &[
+                "grants",
+                "--enqueuer",
+                "app_enqueuer",
+                "--worker",
+                "app_worker",
+            ],
             &["grants", "--enqueuer", "public", "--worker", "app_worker"],
         ] {
             check_cli_args(&args(words));
         }
         let mut out = Vec::new();
         let mut err = Vec::new();
-        let parsed = parse_args(["outbox", "purge", "--older-than", "7x"], &mut out, &mut err);
+        let parsed = parse_args(
+            ["outbox", "purge", "--older-than", "7x"],
+            &mut out,
+            &mut err,
+        );
         assert_eq!(parsed.err(), Some(Exit::Usage));
         assert!(String::from_utf8_lossy(&err).contains("is not a duration"));
     }

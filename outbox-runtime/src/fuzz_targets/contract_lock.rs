@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 
 use crate::contract::Contract;
-use crate::generate::{CompiledEvent, ContractLock, FolderSnapshot, GenerateError, LOCK_FILE, plan};
+use crate::generate::{
+    CompiledEvent, ContractLock, FolderSnapshot, GenerateError, LOCK_FILE, plan,
+};
 
 /// The one event the target's binary "compiles".
 fn compiled_event() -> CompiledEvent {
@@ -47,7 +49,11 @@ pub fn check_contract_lock(data: &[u8]) {
         Ok(plan) => {
             let written = ContractLock::parse(&plan.lock_text)
                 .unwrap_or_else(|e| panic!("the written lock does not read back ({e})"));
-            assert_eq!(written.render(), plan.lock_text, "the written lock is not canonical");
+            assert_eq!(
+                written.render(),
+                plan.lock_text,
+                "the written lock is not canonical"
+            );
             let input = ContractLock::parse(text).expect("an accepted lock parses");
             for c in &input.contracts {
                 assert!(
@@ -79,10 +85,7 @@ pub fn check_contract_lock(data: &[u8]) {
                     (event.contract.name, event.contract.version)
                 );
                 let message = drift.to_string();
-                assert!(
-                    message.contains("`fuzz.event` version 1"),
-                    "{message}"
-                );
+                assert!(message.contains("`fuzz.event` version 1"), "{message}");
             }
         }
         Err(GenerateError::GeneratedMigrationChanged { file, lock, .. }) => {
@@ -147,7 +150,12 @@ mod tests {
         let fingerprint = compiled_event().contract.fingerprint();
         (
             names(),
-            prop_oneof![Just(json!(1)), (0u32..3).prop_map(Value::from), Just(json!(-1)), Just(json!("1"))],
+            prop_oneof![
+                Just(json!(1)),
+                (0u32..3).prop_map(Value::from),
+                Just(json!(-1)),
+                Just(json!("1"))
+            ],
             tables(),
             prop_oneof![Just(fingerprint), "[0-9a-f]{64}", "[a-z]{0,3}"],
             any::<bool>(),
@@ -165,48 +173,66 @@ mod tests {
     /// unknown and missing fields, and texts cut or spliced.
     fn lock_texts() -> impl Strategy<Value = String> {
         (
-            prop_oneof![Just(json!(1)), (0u32..4).prop_map(Value::from), Just(json!(u64::MAX)), Just(json!("1"))],
+            prop_oneof![
+                Just(json!(1)),
+                (0u32..4).prop_map(Value::from),
+                Just(json!(u64::MAX)),
+                Just(json!("1"))
+            ],
             proptest::collection::vec(contracts(), 0..3),
             proptest::collection::vec(tables(), 0..2),
-            proptest::collection::vec(("[0-9]{4}_[a-z]{1,5}\\.sql|outbox\\.lock", "[0-9a-f]{64}"), 0..2),
-            proptest::option::of(prop_oneof![Just("format"), Just("contracts"), Just("tables"), Just("unknown")]),
-            (any::<proptest::sample::Index>(), proptest::option::of("[\\[\\]{}\",:0-9a-z]{1,3}")),
+            proptest::collection::vec(
+                ("[0-9]{4}_[a-z]{1,5}\\.sql|outbox\\.lock", "[0-9a-f]{64}"),
+                0..2,
+            ),
+            proptest::option::of(prop_oneof![
+                Just("format"),
+                Just("contracts"),
+                Just("tables"),
+                Just("unknown")
+            ]),
+            (
+                any::<proptest::sample::Index>(),
+                proptest::option::of("[\\[\\]{}\",:0-9a-z]{1,3}"),
+            ),
             0u8..4,
         )
-            .prop_map(|(format, contracts, tables, migrations, edit, (at, splice), how)| {
-                let migrations: Vec<Value> = migrations
-                    .into_iter()
-                    .map(|(file, sha256)| json!({"file": file, "sha256": sha256}))
-                    .collect();
-                let mut lock = json!({
-                    "format": format, "migrations": migrations, "tables": tables,
-                    "contracts": contracts,
-                });
-                match edit {
-                    Some("unknown") => lock["unknown"] = json!(true),
-                    Some(key) => {
-                        lock.as_object_mut().unwrap().remove(key);
+            .prop_map(
+                |(format, contracts, tables, migrations, edit, (at, splice), how)| {
+                    let migrations: Vec<Value> = migrations
+                        .into_iter()
+                        .map(|(file, sha256)| json!({"file": file, "sha256": sha256}))
+                        .collect();
+                    let mut lock = json!({
+                        "format": format, "migrations": migrations, "tables": tables,
+                        "contracts": contracts,
+                    });
+                    match edit {
+                        Some("unknown") => lock["unknown"] = json!(true),
+                        Some(key) => {
+                            lock.as_object_mut().unwrap().remove(key);
+                        }
+                        None => {}
                     }
-                    None => {}
-                }
-                let mut text = serde_json::to_string_pretty(&lock).unwrap();
-                // Now and then break the text itself: cut it, or splice a few characters in.
-                if how == 0 {
-                    let mut cut = at.index(text.len() + 1);
-                    while !text.is_char_boundary(cut) {
-                        cut -= 1;
+                    let mut text = serde_json::to_string_pretty(&lock).unwrap();
+                    // Now and then break the text itself: cut it, or splice a few characters in.
+                    if how == 0 {
+                        let mut cut = at.index(text.len() + 1);
+                        while !text.is_char_boundary(cut) {
+                            cut -= 1;
+                        }
+                        match splice {
+                            Some(piece) => text.insert_str(cut, &piece),
+                            None => text.truncate(cut),
+                        }
                     }
-                    match splice {
-                        Some(piece) => text.insert_str(cut, &piece),
-                        None => text.truncate(cut),
-                    }
-                }
-                text
-            })
+                    text
+                },
+            )
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
+        #![proptest_config(ProptestConfig::with_cases(crate::fuzz_targets::proptest_cases()))]
 
         #[test]
         fn any_lock_text_keeps_the_contract(text in lock_texts()) {
@@ -237,10 +263,22 @@ mod tests {
             files: BTreeMap::from([(LOCK_FILE.to_owned(), text.to_owned())]),
         };
         let cases: Vec<(String, &str)> = vec![
-            (lock(vec![entry("fuzz.event", "outbox", &fingerprint)], vec![]), "ok"),
-            (lock(vec![entry("fuzz.event", "outbox", "00")], vec![]), "drift"),
-            (lock(vec![entry("bad name", "outbox", "00")], vec![]), "name"),
-            (lock(vec![entry("other", "Robert'); --", "00")], vec![]), "table"),
+            (
+                lock(vec![entry("fuzz.event", "outbox", &fingerprint)], vec![]),
+                "ok",
+            ),
+            (
+                lock(vec![entry("fuzz.event", "outbox", "00")], vec![]),
+                "drift",
+            ),
+            (
+                lock(vec![entry("bad name", "outbox", "00")], vec![]),
+                "name",
+            ),
+            (
+                lock(vec![entry("other", "Robert'); --", "00")], vec![]),
+                "table",
+            ),
             (
                 lock(vec![], vec![json!({"file": "0002_x.sql", "sha256": "00"})]),
                 "migration",

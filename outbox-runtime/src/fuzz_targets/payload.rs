@@ -90,17 +90,21 @@ pub fn check_payload(data: &[u8]) {
 
 fn assert_rejected(result: &crate::error::Result<()>, part: PayloadPart, context: &str) {
     match result {
-        Err(error @ Error::PayloadRejected {
-            event_type,
-            part: refused,
-            ..
-        }) => {
+        Err(
+            error @ Error::PayloadRejected {
+                event_type,
+                part: refused,
+                ..
+            },
+        ) => {
             assert_eq!(*refused, part, "{context}");
             assert_eq!(event_type, EVENT);
             let message = error.to_string();
             assert!(message.contains(EVENT), "{message}");
         }
-        other => panic!("enqueue should refuse the {part} a worker cannot decode ({context}): {other:?}"),
+        other => {
+            panic!("enqueue should refuse the {part} a worker cannot decode ({context}): {other:?}")
+        }
     }
 }
 
@@ -129,13 +133,11 @@ mod tests {
             prop_oneof![
                 proptest::collection::vec(inner.clone(), 0..3)
                     .prop_map(|items| format!("[{}]", items.join(","))),
-                proptest::collection::vec(("\"[a-z\u{0}]{0,2}\"", inner), 0..3).prop_map(
-                    |pairs| {
-                        let fields: Vec<String> =
-                            pairs.into_iter().map(|(k, v)| format!("{k}:{v}")).collect();
-                        format!("{{{}}}", fields.join(","))
-                    }
-                ),
+                proptest::collection::vec(("\"[a-z\u{0}]{0,2}\"", inner), 0..3).prop_map(|pairs| {
+                    let fields: Vec<String> =
+                        pairs.into_iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                    format!("{{{}}}", fields.join(","))
+                }),
             ]
         })
     }
@@ -150,7 +152,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
+        #![proptest_config(ProptestConfig::with_cases(crate::fuzz_targets::proptest_cases()))]
 
         #[test]
         fn any_json_payload_keeps_the_contract(

@@ -102,24 +102,27 @@ pub fn check_receiver_answer(answer: &ReceiverAnswer) {
         ..HttpConfig::default()
     };
     let publisher = HttpPublisher::new(URL, config).expect("the target's URL is valid");
-    let delivered = |status: u16| {
-        (200..300).contains(&status) || answer.delivered_statuses.contains(&status)
-    };
+    let delivered =
+        |status: u16| (200..300).contains(&status) || answer.delivered_statuses.contains(&status);
     // The client only hands over statuses of three digits and headers it could parse.
     let status = 100 + answer.status % 900;
     let mut headers = HeaderMap::new();
     for (name, value) in &answer.headers {
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(name),
-            HeaderValue::from_bytes(value),
-        ) {
+        if let (Ok(name), Ok(value)) =
+            (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
+        {
             headers.append(name, value);
         }
     }
 
     // One event per request.
-    let single =
-        publisher.single_outcome(event_id(0), status, &headers, &answer.body, answer.truncated);
+    let single = publisher.single_outcome(
+        event_id(0),
+        status,
+        &headers,
+        &answer.body,
+        answer.truncated,
+    );
     match &single {
         Ok(()) => assert!(delivered(status), "HTTP {status} taken as delivered"),
         Err(failure) => {
@@ -131,8 +134,7 @@ pub fn check_receiver_answer(answer: &ReceiverAnswer) {
     // A batch request.
     let events = answer.events.clamp(1, MAX_EVENTS);
     let ids: Vec<Uuid> = (0..events).map(event_id).collect();
-    let outcomes =
-        publisher.batch_outcomes(&ids, status, &headers, &answer.body, answer.truncated);
+    let outcomes = publisher.batch_outcomes(&ids, status, &headers, &answer.body, answer.truncated);
     assert_eq!(outcomes.len(), ids.len(), "one outcome per event");
     let whole = (200..300).contains(&status);
     let results = if whole && !answer.truncated {
@@ -170,7 +172,10 @@ pub fn check_receiver_answer(answer: &ReceiverAnswer) {
                     !(whole && typed.is_ok() && !answer.truncated && all_acknowledge),
                     "event {id} acknowledged but not delivered: {failure:?}"
                 );
-                assert!(!(!whole && delivered(status)), "HTTP {status} acknowledges all");
+                assert!(
+                    !(!whole && delivered(status)),
+                    "HTTP {status} acknowledges all"
+                );
                 check_failure(failure, None);
             }
         }
@@ -240,8 +245,8 @@ mod tests {
     fn statuses() -> impl Strategy<Value = u16> {
         prop_oneof![
             proptest::sample::select(vec![
-                100u16, 200, 204, 207, 299, 301, 302, 400, 404, 408, 409, 410, 422, 425, 429,
-                500, 502, 503, 599, 600, 999
+                100u16, 200, 204, 207, 299, 301, 302, 400, 404, 408, 409, 410, 422, 425, 429, 500,
+                502, 503, 599, 600, 999
             ]),
             any::<u16>(),
         ]
@@ -249,11 +254,15 @@ mod tests {
 
     fn header_lines() -> impl Strategy<Value = Vec<(Vec<u8>, Vec<u8>)>> {
         let retry_after = "[0-9]{1,25}|[ -~]{0,30}|(Mon|Sun), [0-9]{1,2} (Jan|Dec) [0-9]{1,6} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT";
-        let date = "(Mon|Sun), [0-9]{1,2} (Jan|Dec) [0-9]{1,6} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT|[ -~]{0,30}";
+        let date =
+            "(Mon|Sun), [0-9]{1,2} (Jan|Dec) [0-9]{1,6} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT|[ -~]{0,30}";
         let line = prop_oneof![
             retry_after.prop_map(|v| (b"Retry-After".to_vec(), v.into_bytes())),
             date.prop_map(|v| (b"Date".to_vec(), v.into_bytes())),
-            ("[A-Za-z-]{1,12}", proptest::collection::vec(any::<u8>(), 0..20))
+            (
+                "[A-Za-z-]{1,12}",
+                proptest::collection::vec(any::<u8>(), 0..20)
+            )
                 .prop_map(|(n, v)| (n.into_bytes(), v)),
         ];
         proptest::collection::vec(line, 0..4)
@@ -273,8 +282,16 @@ mod tests {
     fn batch_body() -> impl Strategy<Value = Vec<u8>> {
         let item = (
             0usize..10,
-            prop_oneof![statuses().prop_map(Value::from), Just(json!(70000)), Just(json!("200")), Just(json!(200.0))],
-            proptest::option::of(prop_oneof![any::<u64>().prop_map(Value::from), Just(json!(-1))]),
+            prop_oneof![
+                statuses().prop_map(Value::from),
+                Just(json!(70000)),
+                Just(json!("200")),
+                Just(json!(200.0))
+            ],
+            proptest::option::of(prop_oneof![
+                any::<u64>().prop_map(Value::from),
+                Just(json!(-1))
+            ]),
             proptest::option::of(receiver_text()),
         )
             .prop_map(|(index, status, retry_after, error)| {
@@ -287,8 +304,12 @@ mod tests {
                 }
                 item
             });
-        (proptest::collection::vec(item, 0..10), any::<bool>(), any::<bool>()).prop_map(
-            |(items, extra_field, cut)| {
+        (
+            proptest::collection::vec(item, 0..10),
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(|(items, extra_field, cut)| {
                 let mut document = json!({"results": items});
                 if extra_field {
                     document["more"] = json!(1);
@@ -298,8 +319,7 @@ mod tests {
                     bytes.truncate(bytes.len() / 2);
                 }
                 bytes
-            },
-        )
+            })
     }
 
     fn answers() -> impl Strategy<Value = ReceiverAnswer> {
@@ -315,22 +335,24 @@ mod tests {
             1usize..=MAX_EVENTS,
             proptest::collection::vec(statuses(), 0..3),
         )
-            .prop_map(|(status, headers, body, truncated, events, delivered_statuses)| {
-                ReceiverAnswer {
-                    // The target maps the status with `100 + status % 900`: undo it for the
-                    // statuses chosen on purpose.
-                    status: status.wrapping_sub(100),
-                    headers,
-                    body,
-                    truncated,
-                    events,
-                    delivered_statuses,
-                }
-            })
+            .prop_map(
+                |(status, headers, body, truncated, events, delivered_statuses)| {
+                    ReceiverAnswer {
+                        // The target maps the status with `100 + status % 900`: undo it for the
+                        // statuses chosen on purpose.
+                        status: status.wrapping_sub(100),
+                        headers,
+                        body,
+                        truncated,
+                        events,
+                        delivered_statuses,
+                    }
+                },
+            )
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
+        #![proptest_config(ProptestConfig::with_cases(crate::fuzz_targets::proptest_cases()))]
 
         #[test]
         fn any_receiver_answer_keeps_the_contract(answer in answers()) {
@@ -362,12 +384,14 @@ mod tests {
         check_receiver_answer(&answer);
         let publisher = HttpPublisher::new(URL, HttpConfig::default()).unwrap();
         let ids: Vec<Uuid> = (0..3).map(event_id).collect();
-        let outcomes =
-            publisher.batch_outcomes(&ids, 200, &HeaderMap::new(), &answer.body, false);
+        let outcomes = publisher.batch_outcomes(&ids, 200, &HeaderMap::new(), &answer.body, false);
         assert!(outcomes[0].is_ok());
         let refused = outcomes[1].as_ref().unwrap_err();
         assert!(refused.is_permanent());
-        assert!(refused.stored_reason().ends_with("bad [redacted]"), "{refused:?}");
+        assert!(
+            refused.stored_reason().ends_with("bad [redacted]"),
+            "{refused:?}"
+        );
         assert!(!outcomes[2].as_ref().unwrap_err().is_permanent());
     }
 
