@@ -401,11 +401,8 @@ async fn one_notification_per_committed_transaction_none_when_off_or_rolled_back
     tx.commit().await.unwrap();
     assert_eq!(drain_notifications(&mut listener, wait).await, 1);
 
-    // Notify switched off.
-    let quiet = EnqueueOptions {
-        notify: false,
-        ..Default::default()
-    };
+    // Notify switched off (`without_notify()`: the defaults with `notify: false`).
+    let quiet = EnqueueOptions::without_notify();
     let mut tx = db.pool().begin().await.unwrap();
     for i in 0..3 {
         Note {

@@ -221,6 +221,21 @@ fn integral_floats_and_integers_are_one_number() {
     );
 }
 
+/// The edges of the integer range: 2^64, the first integral float past `u64::MAX`, is written
+/// as a float, and -2^63 (`i64::MIN`) as an integer. The canonical text is stored (as the
+/// fingerprint), so it must not move between versions: a row written before would stop
+/// matching its own retry.
+#[test]
+fn the_integer_range_of_canonical_numbers_ends_at_u64_max() {
+    let two_pow_64 = 18_446_744_073_709_551_616.0_f64;
+    assert_eq!(canonical_json(&json!(two_pow_64)), "1.8446744073709552e+19");
+    assert_eq!(canonical_json(&json!(u64::MAX)), "18446744073709551615");
+    assert_eq!(
+        canonical_json(&json!(i64::MIN as f64)),
+        "-9223372036854775808"
+    );
+}
+
 /// Enqueue with a bound on time: a hang (the old unbounded recursion) fails the test instead of
 /// the suite.
 async fn enqueue_bounded<E: Event + CurrentEvent>(

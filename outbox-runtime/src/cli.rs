@@ -134,20 +134,20 @@ impl Outbox {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let cli = match args::Cli::try_parse_from(args) {
+        let cli = match parse_args(args, out, err) {
             Ok(cli) => cli,
-            Err(e) => {
-                // --help and --version are not errors.
-                let text = e.render().to_string();
-                return if e.use_stderr() {
-                    let _ = write!(err, "{text}");
-                    Exit::Usage
-                } else {
-                    let _ = write!(out, "{text}");
-                    Exit::Ok
-                };
-            }
+            Err(exit) => return exit,
         };
+        self.execute(cli, out, err).await
+    }
+
+    /// Run a parsed command line.
+    pub(crate) async fn execute(
+        &self,
+        cli: args::Cli,
+        out: &mut (dyn Write + Send),
+        err: &mut (dyn Write + Send),
+    ) -> Exit {
         let events = self
             .events
             .clone()
@@ -160,6 +160,30 @@ impl Outbox {
         };
         commands::execute(cli, context).await
     }
+}
+
+/// Read the command line. A usage error is written to `err` ([`Exit::Usage`]); `--help` and
+/// `--version` are not errors: their text goes to `out` ([`Exit::Ok`]). Separate from running,
+/// so the fuzz targets feed it any arguments without running a command (`crate::fuzz_targets`).
+pub(crate) fn parse_args<I, T>(
+    args: I,
+    out: &mut (dyn Write + Send),
+    err: &mut (dyn Write + Send),
+) -> Result<args::Cli, Exit>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    args::Cli::try_parse_from(args).map_err(|e| {
+        let text = e.render().to_string();
+        if e.use_stderr() {
+            let _ = write!(err, "{text}");
+            Exit::Usage
+        } else {
+            let _ = write!(out, "{text}");
+            Exit::Ok
+        }
+    })
 }
 
 /// `Outbox::new().run()`: the whole `main` of a service's `outbox` binary.

@@ -27,6 +27,10 @@ pub mod delivery;
 pub mod dispatcher;
 pub mod error;
 pub mod event;
+// Fuzz targets: the crate's own property tests run them; the `fuzz/` crate enables `fuzzing`.
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz_targets;
 pub mod generate;
 pub mod inbox;
 mod macro_support;

@@ -23,6 +23,15 @@ pub(crate) struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// Whether the command touches neither a database nor the file system (it only prints),
+    /// so a fuzz target may run it.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn is_offline(&self) -> bool {
+        matches!(self.command, Command::Grants { .. })
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Apply the outbox base schema, then the service's migrations folder.

@@ -235,17 +235,36 @@ impl HttpPublisher {
         headers.push((IDEMPOTENCY_KEY.to_owned(), delivery.idempotency_key()));
         let headers = to_header_map(headers);
         let mut response = self.send(headers, &Envelope::of(event)).await?;
-        let status = response.status();
-        let retry_after = retry_after(response.headers(), self.config.max_retry_after);
-        if self.is_delivered(status.as_u16()) {
+        let status = response.status().as_u16();
+        if self.is_delivered(status) {
             return Ok(());
         }
         let limit = self.config.max_reason_bytes;
         let (body, truncated) = read_bounded(&mut response, self.read_limit(limit)).await;
-        let body = self.redactor.bounded(&body, limit, truncated);
-        tracing::debug!(event_id = %event.event_id, status = status.as_u16(), url = %self.shown_url, %body,
+        self.single_outcome(event.event_id, status, response.headers(), &body, truncated)
+    }
+
+    /// The outcome of a receiver's answer to one event: its status, its headers (for
+    /// `Retry-After`) and the start of its body (`truncated`: more was sent). Pure, so the
+    /// fuzz targets feed it any answer (`crate::fuzz_targets`).
+    pub(crate) fn single_outcome(
+        &self,
+        event_id: Uuid,
+        status: u16,
+        headers: &HeaderMap,
+        body: &[u8],
+        truncated: bool,
+    ) -> Result<(), HandlerError> {
+        if self.is_delivered(status) {
+            return Ok(());
+        }
+        let retry_after = retry_after(headers, self.config.max_retry_after);
+        let body = self
+            .redactor
+            .bounded(body, self.config.max_reason_bytes, truncated);
+        tracing::debug!(%event_id, status, url = %self.shown_url, %body,
             "the receiver did not accept the event");
-        Err(self.failure(status.as_u16(), retry_after, &body))
+        Err(self.failure(status, retry_after, &body))
     }
 
     async fn post_batch(
@@ -259,24 +278,36 @@ impl HttpPublisher {
             Err(e) => return every(Err(e)),
         };
         let status = response.status().as_u16();
-        let retry_after = retry_after(response.headers(), self.config.max_retry_after);
         let success = (200..300).contains(&status);
-        let limit = if success {
-            MAX_BATCH_RESPONSE_BYTES
-        } else {
-            self.config.max_reason_bytes
-        };
         let (body, truncated) = if success {
-            read_bounded(&mut response, limit).await
+            read_bounded(&mut response, MAX_BATCH_RESPONSE_BYTES).await
         } else {
-            read_bounded(&mut response, self.read_limit(limit)).await
+            read_bounded(&mut response, self.read_limit(self.config.max_reason_bytes)).await
         };
-        if !success {
+        let ids: Vec<Uuid> = items.iter().map(|(event, _)| event.event_id).collect();
+        self.batch_outcomes(&ids, status, response.headers(), &body, truncated)
+    }
+
+    /// The outcome of a batch receiver's answer for each of `ids` (the events of the request,
+    /// in order): its status, its headers (for `Retry-After`) and its body as read (`truncated`:
+    /// more was sent). Pure, so the fuzz targets feed it any answer (`crate::fuzz_targets`).
+    pub(crate) fn batch_outcomes(
+        &self,
+        ids: &[Uuid],
+        status: u16,
+        headers: &HeaderMap,
+        body: &[u8],
+        truncated: bool,
+    ) -> Vec<Result<(), HandlerError>> {
+        let every = |outcome: Result<(), HandlerError>| vec![outcome; ids.len()];
+        let retry_after = retry_after(headers, self.config.max_retry_after);
+        if !(200..300).contains(&status) {
             if self.is_delivered(status) {
                 return every(Ok(()));
             }
-            let body = self.redactor.bounded(&body, limit, truncated);
-            tracing::debug!(events = items.len(), status, url = %self.shown_url, %body,
+            let limit = self.config.max_reason_bytes;
+            let body = self.redactor.bounded(body, limit, truncated);
+            tracing::debug!(events = ids.len(), status, url = %self.shown_url, %body,
                 "the batch receiver did not accept the request");
             return every(Err(self.failure(status, retry_after, &body)));
         }
@@ -286,7 +317,7 @@ impl HttpPublisher {
                 self.shown_url
             ))));
         }
-        let parsed: BatchResponse = match serde_json::from_slice(&body) {
+        let parsed: BatchResponse = match serde_json::from_slice(body) {
             Ok(parsed) => parsed,
             Err(e) => {
                 // serde_json quotes pieces of the document it could not read.
@@ -297,10 +328,9 @@ impl HttpPublisher {
                 ))));
             }
         };
-        items
-            .iter()
+        ids.iter()
             .map(
-                |(event, _)| match parsed.results.iter().find(|r| r.id == event.event_id) {
+                |event_id| match parsed.results.iter().find(|r| r.id == *event_id) {
                     None => Err(HandlerError::retry(format!(
                         "batch response from {} has no result for this event",
                         self.shown_url
@@ -317,7 +347,7 @@ impl HttpPublisher {
                             self.config.max_reason_bytes,
                             false,
                         );
-                        tracing::debug!(event_id = %event.event_id, status = item.status, url = %self.shown_url,
+                        tracing::debug!(%event_id, status = item.status, url = %self.shown_url,
                             error = %reason, "the batch receiver did not accept the item");
                         Err(self.failure(item.status, after, &reason))
                     }
