@@ -235,7 +235,9 @@ fn block_after(text: &str, heading: &str, lang: &str) -> String {
         .find(&fence)
         .unwrap_or_else(|| panic!("no ```{lang} block after `{heading}`"))
         + fence.len();
-    let len = section[start..].find("```\n").expect("a closed fenced block");
+    let len = section[start..]
+        .find("```\n")
+        .expect("a closed fenced block");
     section[start..start + len].to_owned()
 }
 
@@ -317,7 +319,9 @@ async fn a_new_crate_adopts_the_packaged_crates_as_the_docs_say() {
             .expect_success(&format!("quickstart run {round}"));
         let id = enqueued_id(&out.stdout, "the quickstart");
         assert!(
-            out.stdout.contains(&format!("delivered {id}; outbox now: 0 pending, {round} delivered")),
+            out.stdout.contains(&format!(
+                "delivered {id}; outbox now: 0 pending, {round} delivered"
+            )),
             "run {round}: {}",
             out.stdout
         );
@@ -374,8 +378,12 @@ async fn a_new_crate_adopts_the_packaged_crates_as_the_docs_say() {
     let refused = run(unlinked, BUILD_LIMIT, "the unlinked command");
     assert_eq!(refused.code, Some(2), "{}", refused.stderr);
     assert!(
-        refused.stderr.contains("0 events are linked into this binary")
-            && refused.stderr.contains("add `use shop as _;` to src/bin/outbox.rs"),
+        refused
+            .stderr
+            .contains("0 events are linked into this binary")
+            && refused
+                .stderr
+                .contains("add `use shop as _;` to src/bin/outbox.rs"),
         "{}",
         refused.stderr
     );
@@ -421,10 +429,11 @@ async fn a_new_crate_adopts_the_packaged_crates_as_the_docs_say() {
         drifted.stderr
     );
     assert!(!drifted.stdout.contains("enqueued "), "{}", drifted.stdout);
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE event_type = 'invoice.issued'")
-        .fetch_one(service_db.pool())
-        .await
-        .expect("counting events");
+    let rows: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE event_type = 'invoice.issued'")
+            .fetch_one(service_db.pool())
+            .await
+            .expect("counting events");
     assert_eq!(rows, 1, "only the event of the run before the change");
     assert_eq!(check.code, Some(1), "{}", check.stderr);
     assert!(

@@ -448,7 +448,9 @@ async fn usage_and_database_errors_have_their_own_exit_codes() {
     let (exit, _, err) = outbox(&cli, &["status", "--database-url", &url]).await;
     assert_eq!(exit, Exit::Database, "{err}");
     assert!(
-        err.contains("the outbox table `outbox` does not exist in this database: run `outbox migrate`"),
+        err.contains(
+            "the outbox table `outbox` does not exist in this database: run `outbox migrate`"
+        ),
         "{err}"
     );
 
@@ -460,7 +462,11 @@ async fn usage_and_database_errors_have_their_own_exit_codes() {
     // Another database's URL is refused as such, without echoing it (it may hold a password).
     let (exit, _, err) = outbox(
         &cli,
-        &["status", "--database-url", "mysql://root:secret@127.0.0.1/shop"],
+        &[
+            "status",
+            "--database-url",
+            "mysql://root:secret@127.0.0.1/shop",
+        ],
     )
     .await;
     assert_eq!((exit, exit.code()), (Exit::Usage, 2), "{err}");

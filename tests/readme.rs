@@ -26,9 +26,12 @@ fn quickstart_binary() -> std::path::PathBuf {
         .and_then(|deps| deps.parent())
         .expect("test binary lives in <target>/<profile>/deps");
     let quickstart = profile_dir.join("examples").join("quickstart");
-    if !quickstart.is_file() {
-        // A filtered run (`cargo test --test readme`) may not have built it; building it from
-        // here with the same profile and target directory reuses the outer build.
+    // A filtered run (`cargo test --test readme`) does not build examples, and may find none,
+    // or one older than the example's source: build it from here with the same profile and
+    // target directory, which reuses the outer build.
+    let modified = |path: &std::path::Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/quickstart.rs");
+    if modified(&quickstart).is_none() || modified(&quickstart) < modified(&source) {
         let status = std::process::Command::new(env!("CARGO"))
             .args([
                 "build",

@@ -499,7 +499,8 @@ async fn an_empty_operation_key_is_refused_and_the_transaction_still_commits() {
     }
     let message = refused.unwrap_err().to_string();
     assert!(
-        message.contains("operation key of event `note` is empty") && message.contains("confirm-order/<order id>"),
+        message.contains("operation key of event `note` is empty")
+            && message.contains("confirm-order/<order id>"),
         "{message}"
     );
     tx.commit().await.unwrap();
@@ -593,7 +594,10 @@ async fn an_event_registered_with_its_shape_or_not_registered_is_enqueued() {
             .await
             .unwrap();
         // Not registered at all: allowed, like the worker allows it.
-        Note { text: key.into() }.enqueue(&mut tx, key).await.unwrap();
+        Note { text: key.into() }
+            .enqueue(&mut tx, &format!("note-{key}"))
+            .await
+            .unwrap();
         tx.commit().await.unwrap();
     }
     assert_eq!(count_rows(db.pool()).await, 4);
@@ -615,7 +619,8 @@ async fn a_missing_registry_is_a_clear_error_and_the_transaction_still_commits()
         .unwrap_err()
         .to_string();
     assert!(
-        refused.contains("`outbox_contracts` does not exist") && refused.contains("outbox_runtime::migrate"),
+        refused.contains("`outbox_contracts` does not exist")
+            && refused.contains("outbox_runtime::migrate"),
         "{refused}"
     );
     tx.commit().await.unwrap();
