@@ -31,7 +31,7 @@ const WORKSPACE: &str = env!("CARGO_MANIFEST_DIR");
 const README: &str = include_str!("../README.md");
 const GETTING_STARTED: &str = include_str!("../docs/getting-started.md");
 
-/// The first build compiles every dependency from source (about 4 minutes on 2 cores).
+/// The first build compiles every dependency from source (5 minutes on a loaded 2-core machine).
 const BUILD_LIMIT: Duration = Duration::from_secs(30 * 60);
 /// A run of an already built binary (through `cargo run`, which only checks freshness).
 const RUN_LIMIT: Duration = Duration::from_secs(5 * 60);
