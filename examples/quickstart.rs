@@ -1,18 +1,18 @@
 //! Quickstart: an event written in the same transaction as the business change, and a handler
-//! that receives it.
+//! that receives it. It needs a PostgreSQL database it may create tables in:
 //!
 //! ```text
-//! cargo run --example quickstart                      # a throwaway database on the local server
-//! DATABASE_URL=postgres://... cargo run --example quickstart
+//! DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo run --example quickstart
 //! ```
 
+use std::process::ExitCode;
 use std::time::Duration;
 
-use outbox_runtime::testing::TestDatabase;
 use outbox_runtime::worker::Worker;
 use outbox_runtime::{Delivery, Dispatcher, Event, HandlerError, Store, handler};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use sqlx::postgres::PgPoolOptions;
 use uuid::Uuid;
 
 /// The event: a named, versioned contract (its JSON Schema is the shape).
@@ -38,17 +38,30 @@ async fn on_order_confirmed(event: OrderConfirmed, ctx: Delivery) -> Result<(), 
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // DATABASE_URL when set, else a fresh database; both get the outbox schema.
-    let _test_db;
-    let pool = match std::env::var("DATABASE_URL") {
-        Ok(url) => sqlx::PgPool::connect(&url).await?,
-        Err(_) => {
-            _test_db = TestDatabase::new().await;
-            _test_db.pool().clone()
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
         }
-    };
-    outbox_runtime::migrate(&pool).await?;
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let url = std::env::var("DATABASE_URL").map_err(|_| {
+        "set DATABASE_URL to a PostgreSQL database the quickstart may create tables in, \
+         for example DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres"
+    })?;
+    // A short timeout: a database that does not answer is reported after 5 s, not 30.
+    let pool = PgPoolOptions::new()
+        .acquire_timeout(Duration::from_secs(5))
+        .connect(&url)
+        .await
+        .map_err(|e| {
+            format!("cannot connect to DATABASE_URL within 5 s ({e}): is PostgreSQL running there?")
+        })?;
+    outbox_runtime::migrate(&pool).await?; // the outbox schema; safe to run on every start
     sqlx::query("CREATE TABLE IF NOT EXISTS orders (id uuid PRIMARY KEY, status text NOT NULL)")
         .execute(&pool)
         .await?;
@@ -77,15 +90,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .lease(Duration::from_secs(30))
         .start()
         .await?;
-    let store = Store::new(pool.clone());
-    while store.stats().await?.delivered < 1 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    worker.shutdown().await;
 
-    let stats = store.stats().await?;
+    // 3. Wait for this run's event (the database may hold earlier runs' events too).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let delivered = loop {
+        let status: String = sqlx::query_scalar("SELECT status FROM outbox WHERE event_id = $1")
+            .bind(event_id)
+            .fetch_one(&pool)
+            .await?;
+        if status == "delivered" || tokio::time::Instant::now() >= deadline {
+            break status == "delivered";
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    worker.shutdown().await;
+    if !delivered {
+        return Err(format!(
+            "event {event_id} was not delivered within 10 s (see `outbox status`)"
+        )
+        .into());
+    }
+
+    let stats = Store::new(pool).stats().await?;
     println!(
-        "outbox now: {} pending, {} delivered, {} exhausted",
+        "delivered {event_id}; outbox now: {} pending, {} delivered, {} exhausted",
         stats.pending, stats.delivered, stats.exhausted
     );
     Ok(())

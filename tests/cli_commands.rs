@@ -447,7 +447,125 @@ async fn usage_and_database_errors_have_their_own_exit_codes() {
     // An empty database (no schema): a database error that says what to run.
     let (exit, _, err) = outbox(&cli, &["status", "--database-url", &url]).await;
     assert_eq!(exit, Exit::Database, "{err}");
-    assert!(err.contains("run `outbox migrate` first"), "{err}");
+    assert!(
+        err.contains(
+            "the outbox table `outbox` does not exist in this database: run `outbox migrate`"
+        ),
+        "{err}"
+    );
+
+    // A negative limit is a usage error, before any connection.
+    let (exit, _, err) = outbox(&cli, &["status", "--limit=-5", "--database-url", &url]).await;
+    assert_eq!((exit, exit.code()), (Exit::Usage, 2), "{err}");
+    assert!(err.contains("--limit"), "{err}");
+
+    // Another database's URL is refused as such, without echoing it (it may hold a password).
+    let (exit, _, err) = outbox(
+        &cli,
+        &[
+            "status",
+            "--database-url",
+            "mysql://root:secret@127.0.0.1/shop",
+        ],
+    )
+    .await;
+    assert_eq!((exit, exit.code()), (Exit::Usage, 2), "{err}");
+    assert!(
+        err.contains("not a PostgreSQL URL (it starts with `mysql://`)"),
+        "{err}"
+    );
+    assert!(!err.contains("secret"), "{err}");
+}
+
+/// A mistyped `--table` is told apart from a table not created yet; PostgreSQL's messages reach
+/// the operator without the server's source position.
+#[tokio::test]
+async fn a_mistyped_table_and_a_failing_migration_say_what_is_wrong() {
+    let db = TestDatabase::new().await;
+    let url = db.url();
+    let cli = Outbox::new().events(vec![parcel_event()]);
+    for args in [
+        vec!["status", "--table", "outbx"],
+        vec!["retry", "--type", "parcel.sent", "--table", "outbx"],
+        vec!["purge", "--older-than", "7d", "--table", "outbx"],
+    ] {
+        let mut args = args;
+        args.extend(["--database-url", &url]);
+        let (exit, _, err) = outbox(&cli, &args).await;
+        assert_eq!((exit, exit.code()), (Exit::Database, 3), "{args:?}: {err}");
+        assert!(
+            err.contains("there is no table `outbx` in this database")
+                && err.contains("check --table")
+                && err.contains("outbox"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("outbox migrate"), "{args:?}: {err}");
+    }
+
+    let dir = TempDir::new();
+    dir.write("0001_broken.sql", "CREATE TABLE (;\n");
+    let (exit, _, err) = outbox(
+        &cli_for(&dir, vec![parcel_event()]),
+        &["migrate", "--database-url", &url],
+    )
+    .await;
+    assert_eq!((exit, exit.code()), (Exit::Database, 3), "{err}");
+    assert!(err.contains("SQLSTATE 42601"), "{err}");
+    assert!(!err.contains(" at line "), "{err}");
+}
+
+/// A binary with no events linked (the `use my_crate as _;` line forgotten) refuses to
+/// generate an empty lock, says why and how, and writes nothing.
+#[tokio::test]
+async fn generate_and_check_refuse_a_binary_without_events() {
+    let dir = TempDir::new();
+    let cli = cli_for(&dir, Vec::new());
+    for command in ["generate", "check"] {
+        let (exit, out, err) = outbox(&cli, &["migrations", command]).await;
+        assert_eq!((exit, exit.code()), (Exit::Usage, 2), "{command}: {err}");
+        assert!(
+            err.contains("0 events are linked into this binary")
+                && err.contains("as _;` to src/bin/outbox.rs"),
+            "{command}: {err}"
+        );
+        assert!(!out.contains("review and commit"), "{out}");
+    }
+    assert!(dir.names().is_empty(), "nothing written: {:?}", dir.names());
+}
+
+/// The default folder, when relative, is found in the package's directory when run by Cargo
+/// (which sets CARGO_MANIFEST_DIR, as for this test), not in the current directory; a missing
+/// folder says so instead of only "stale".
+#[tokio::test]
+async fn the_default_folder_is_relative_to_the_package() {
+    let cli = Outbox::new()
+        .migrations_dir("no-such-migrations")
+        .events(vec![parcel_event()]);
+    let (exit, _, err) = outbox(&cli, &["migrations", "check"]).await;
+    let expected = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("no-such-migrations");
+    assert_eq!(exit, Exit::Failed, "{err}");
+    assert!(
+        err.contains(&format!(
+            "the migrations folder {} does not exist",
+            expected.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("--dir"), "{err}");
+}
+
+/// `--help` ends with the exit code table, from the one place it is kept.
+#[tokio::test]
+async fn help_lists_the_exit_codes() {
+    let (exit, out, _) = outbox(&Outbox::new(), &["--help"]).await;
+    assert_eq!(exit, Exit::Ok);
+    assert_eq!(out.matches("Exit codes:").count(), 1, "{out}");
+    for code in Exit::ALL {
+        assert!(
+            out.contains(&format!("  {}  {}", code.code(), code.meaning())),
+            "{out}"
+        );
+    }
 }
 
 #[tokio::test]

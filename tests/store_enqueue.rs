@@ -482,3 +482,145 @@ async fn measure_notify_cost() {
     }
     assert_eq!(count_rows(db.pool()).await, 8000);
 }
+
+#[tokio::test]
+async fn an_empty_operation_key_is_refused_and_the_transaction_still_commits() {
+    let db = TestDatabase::new().await;
+    create_orders(db.pool()).await;
+    let mut tx = db.pool().begin().await.unwrap();
+    place_order(&mut tx, "o-empty", 1).await;
+    let refused = Note { text: "x".into() }.enqueue(&mut tx, "").await;
+    match &refused {
+        Err(Error::OperationKeyEmpty { event_type }) => assert_eq!(event_type, "note"),
+        other => panic!("expected OperationKeyEmpty, got {other:?}"),
+    }
+    let message = refused.unwrap_err().to_string();
+    assert!(
+        message.contains("operation key of event `note` is empty")
+            && message.contains("confirm-order/<order id>"),
+        "{message}"
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(count_orders(db.pool()).await, 1);
+    assert_eq!(count_rows(db.pool()).await, 0);
+}
+
+/// Events of the contract-check tests, one type per test: the enqueue-side verdict is kept per
+/// process and event type.
+mod drift {
+    use outbox_runtime::Event;
+    use schemars::JsonSchema;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, Serialize, Deserialize, JsonSchema, Event)]
+    #[outbox(name = "drift.refused", version = 1)]
+    pub struct Refused {
+        pub total_cents: i64,
+    }
+
+    #[derive(Debug, Serialize, Deserialize, JsonSchema, Event)]
+    #[outbox(name = "drift.agreed", version = 1)]
+    pub struct Agreed {
+        pub total_cents: i64,
+    }
+
+    #[derive(Debug, Serialize, Deserialize, JsonSchema, Event)]
+    #[outbox(name = "drift.no_registry", version = 1)]
+    pub struct NoRegistry {
+        pub total_cents: i64,
+    }
+}
+
+/// Registers `contract` in the database's registry with `fingerprint`, as a generated migration
+/// would (with another fingerprint: as a migration generated from another shape would).
+async fn register(pool: &PgPool, contract: &outbox_runtime::contract::Contract, fingerprint: &str) {
+    sqlx::query(
+        "INSERT INTO outbox_contracts (event_type, event_version, fingerprint, shape, type_name) \
+         VALUES ($1, $2, $3, '{}', 'shop::Before')",
+    )
+    .bind(contract.name)
+    .bind(i32::try_from(contract.version).unwrap())
+    .bind(fingerprint)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn an_event_registered_with_another_shape_is_refused_before_anything_is_written() {
+    let db = TestDatabase::new().await;
+    create_orders(db.pool()).await;
+    let contract = drift::Refused::contract();
+    register(db.pool(), &contract, &"0".repeat(64)).await;
+
+    for attempt in 0..2 {
+        let mut tx = db.pool().begin().await.unwrap();
+        place_order(&mut tx, &format!("o-drift-{attempt}"), 1).await;
+        let refused = drift::Refused { total_cents: 1 }
+            .enqueue(&mut tx, &format!("k-{attempt}"))
+            .await;
+        let message = match refused {
+            Err(Error::ContractMismatch(message)) => message,
+            other => panic!("attempt {attempt}: expected ContractMismatch, got {other:?}"),
+        };
+        assert!(
+            message.contains("refusing to enqueue event `drift.refused` version 1")
+                && message.contains(&"0".repeat(64))
+                && message.contains(&contract.fingerprint())
+                && message.contains("shop::Before")
+                && message.contains("#[outbox(version = 2)]")
+                && message.contains("Nothing was written and the transaction is still usable"),
+            "{message}"
+        );
+        // The business transaction goes on and commits; the refusal was not cached as a pass.
+        tx.commit().await.unwrap();
+    }
+    assert_eq!(count_orders(db.pool()).await, 2);
+    assert_eq!(count_rows(db.pool()).await, 0);
+}
+
+#[tokio::test]
+async fn an_event_registered_with_its_shape_or_not_registered_is_enqueued() {
+    let db = TestDatabase::new().await;
+    let contract = drift::Agreed::contract();
+    register(db.pool(), &contract, &contract.fingerprint()).await;
+    for key in ["a", "b"] {
+        let mut tx = db.pool().begin().await.unwrap();
+        drift::Agreed { total_cents: 1 }
+            .enqueue(&mut tx, key)
+            .await
+            .unwrap();
+        // Not registered at all: allowed, like the worker allows it.
+        Note { text: key.into() }
+            .enqueue(&mut tx, &format!("note-{key}"))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+    assert_eq!(count_rows(db.pool()).await, 4);
+}
+
+#[tokio::test]
+async fn a_missing_registry_is_a_clear_error_and_the_transaction_still_commits() {
+    let db = TestDatabase::new().await;
+    create_orders(db.pool()).await;
+    sqlx::query("DROP TABLE outbox_contracts")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let mut tx = db.pool().begin().await.unwrap();
+    place_order(&mut tx, "o-noreg", 1).await;
+    let refused = drift::NoRegistry { total_cents: 1 }
+        .enqueue(&mut tx, "k")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("`outbox_contracts` does not exist")
+            && refused.contains("outbox_runtime::migrate"),
+        "{refused}"
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(count_orders(db.pool()).await, 1);
+    assert_eq!(count_rows(db.pool()).await, 0);
+}

@@ -18,11 +18,11 @@ use store_support::{AuditEntry, Note, bulk_insert, count_rows};
 
 #[test]
 fn the_migration_is_the_table_template_rendered_for_outbox() {
-    let migration = include_str!("../migrations/0001_outbox.sql");
+    let migration = include_str!("../outbox-runtime/migrations/0001_outbox.sql");
     assert_eq!(
         migration,
         create_table_sql("outbox").unwrap(),
-        "migrations/0001_outbox.sql must be outbox-runtime/src/store/sql/create_table.sql rendered for `outbox`"
+        "outbox-runtime/migrations/0001_outbox.sql must be outbox-runtime/src/store/sql/create_table.sql rendered for `outbox`"
     );
 }
 

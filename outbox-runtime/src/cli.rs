@@ -1,21 +1,29 @@
 //! The `outbox` operator command, embedded in a service's own binary (so it links the
 //! service's events: `migrations generate` reads them).
 //!
-//! `src/bin/outbox.rs` is one line in `fn main() { .. }`:
+//! `src/bin/outbox.rs` of a package `my-service` whose events are in its library (`src/lib.rs`):
 //!
-//! ```no_run
-//! outbox_runtime::cli::run()
+//! ```ignore
+//! // Links the library, and with it every `#[derive(Event)]` type: a binary in src/bin/ links
+//! // its package's library only when it names it.
+//! use my_service as _;
+//!
+//! fn main() {
+//!     outbox_runtime::cli::run()
+//! }
 //! ```
+//!
+//! Without the `use` line the binary compiles but holds no events, and `migrations generate`
+//! and `migrations check` refuse to run (exit 2), saying so. Events in `src/main.rs` are
+//! invisible to every other binary: move them into `src/lib.rs`.
 //!
 //! Commands: `migrate`, `migrations generate`, `migrations check`, `status [--json]`,
 //! `retry <event-id>` / `retry --type <name>`, `purge --older-than <7d|12h|30m>`,
 //! `grants --enqueuer <role> --worker <role>`. `DATABASE_URL` (or `--database-url`) names
 //! the database.
 //!
-//! Exit codes ([`Exit`]), stable for scripts: 0 ok; 1 a check failed, contract drift, or
-//! nothing matched (`retry <id>` of an event that is not exhausted); 2 usage error (bad
-//! arguments, invalid table or role name, no database URL); 3 database error (cannot connect,
-//! a statement failed); 4 the migrations folder cannot be read or written.
+//! Exit codes are stable for scripts; [`Exit`] is their one table ([`Exit::meaning`]), which
+//! `outbox --help` prints.
 //!
 //! [`Outbox::run_with`] is the testable core: arguments in, output into two writers, an
 //! [`Exit`] back.
@@ -33,14 +41,16 @@ pub use duration::{format_duration, parse_duration};
 
 use crate::generate::CompiledEvent;
 
-/// How the command ended; [`Exit::code`] is the process exit code.
+/// How the command ended; [`Exit::code`] is the process exit code and [`Exit::meaning`] says
+/// when each is used. This is the one table of exit codes: `outbox --help` prints it
+/// ([`exit_codes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// 0: done.
     Ok,
     /// 1: a check failed, contracts drifted, or nothing matched.
     Failed,
-    /// 2: the command line or a name in it is wrong.
+    /// 2: the command line, a name in it, or the binary's setup is wrong.
     Usage,
     /// 3: the database refused or could not be reached.
     Database,
@@ -49,6 +59,34 @@ pub enum Exit {
 }
 
 impl Exit {
+    /// Every exit, in the order of its code.
+    pub const ALL: [Exit; 5] = [
+        Exit::Ok,
+        Exit::Failed,
+        Exit::Usage,
+        Exit::Database,
+        Exit::Files,
+    ];
+
+    /// When the command ends with this code.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Exit::Ok => "done",
+            Exit::Failed => {
+                "a check failed: stale migrations, contract drift, a registry mismatch, or `retry <id>` found no \
+                 exhausted event with that id (`retry --type` exits 0 and prints the count, 0 included)"
+            }
+            Exit::Usage => {
+                "usage: bad arguments, an invalid table or role name, no database URL or one that is not \
+                 PostgreSQL's, or no events linked into the binary (`migrations generate` and `check`)"
+            }
+            Exit::Database => {
+                "database: cannot connect, a table does not exist, or a statement failed"
+            }
+            Exit::Files => "the migrations folder or its lock cannot be read or written",
+        }
+    }
+
     /// The process exit code.
     pub fn code(self) -> u8 {
         match self {
@@ -81,7 +119,9 @@ impl Default for Outbox {
 }
 
 impl Outbox {
-    /// The defaults: migrations in `./migrations`, the events linked into this binary.
+    /// The defaults: migrations in `migrations` (relative to the package's directory when run
+    /// by `cargo run`, which sets `CARGO_MANIFEST_DIR`; to the current directory otherwise), and
+    /// the events linked into this binary.
     pub fn new() -> Outbox {
         Outbox {
             migrations_dir: PathBuf::from("migrations"),
@@ -89,7 +129,8 @@ impl Outbox {
         }
     }
 
-    /// The service's migrations folder when `--dir` is not given.
+    /// The service's migrations folder when `--dir` is not given. A relative path is resolved
+    /// like the default's.
     pub fn migrations_dir(mut self, dir: impl Into<PathBuf>) -> Outbox {
         self.migrations_dir = dir.into();
         self
@@ -184,6 +225,15 @@ where
             Exit::Ok
         }
     })
+}
+
+/// The exit code table ([`Exit::meaning`] of every code), as `outbox --help` ends.
+pub fn exit_codes() -> String {
+    let mut text = String::from("Exit codes:\n");
+    for exit in Exit::ALL {
+        text.push_str(&format!("  {}  {}\n", exit.code(), exit.meaning()));
+    }
+    text
 }
 
 /// `Outbox::new().run()`: the whole `main` of a service's `outbox` binary.

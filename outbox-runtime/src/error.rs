@@ -22,6 +22,17 @@ pub enum Error {
         /// The event already stored under that key.
         existing_event_id: Uuid,
     },
+    /// The operation key is empty. Every enqueue with an empty key would name the same business
+    /// action (one event id per table), so it is refused. Nothing was written and the caller's
+    /// transaction is still usable.
+    #[error(
+        "the operation key of event `{event_type}` is empty; a key names one business action, \
+         for example `confirm-order/<order id>`: derive it from what makes the action unique"
+    )]
+    OperationKeyEmpty {
+        /// Event name.
+        event_type: String,
+    },
     /// The operation key is longer than
     /// [`MAX_OPERATION_KEY_BYTES`](crate::store::enqueue::MAX_OPERATION_KEY_BYTES). Nothing was
     /// written and the caller's transaction is still usable.
@@ -148,11 +159,55 @@ pub enum Error {
     #[error("contract mismatch: {0}")]
     ContractMismatch(String),
     /// Applying the embedded migrations failed.
-    #[error("migration failed: {0}")]
+    #[error("migration failed: {}", migrate_message(.0))]
     Migrate(#[from] sqlx::migrate::MigrateError),
     /// The database returned an error or the connection broke.
-    #[error("database error: {0}")]
+    #[error("database error: {}", database_message(.0))]
     Database(#[from] sqlx::Error),
+}
+
+/// What the database said, for a person: PostgreSQL's message with its SQLSTATE, detail and
+/// hint, without the server's source-code position that sqlx's `Display` appends ("at line
+/// 948" names a line of PostgreSQL's C code, not of the statement); a pool that found no
+/// connection says what to check.
+pub fn database_message(error: &sqlx::Error) -> String {
+    match error {
+        sqlx::Error::Database(database_error) => {
+            match database_error.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+                Some(pg) => {
+                    let mut text = format!("{} (SQLSTATE {})", pg.message(), pg.code());
+                    if let Some(detail) = pg.detail() {
+                        text.push_str(&format!("; detail: {detail}"));
+                    }
+                    if let Some(hint) = pg.hint() {
+                        text.push_str(&format!("; hint: {hint}"));
+                    }
+                    text
+                }
+                None => database_error.message().to_owned(),
+            }
+        }
+        sqlx::Error::PoolTimedOut => "no database connection could be opened or freed within the pool's acquire \
+                                      timeout: check that PostgreSQL runs and answers at the URL the pool was built \
+                                      with, and that the pool is not exhausted by long transactions"
+            .to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// [`database_message`] for the statements of a migration.
+fn migrate_message(error: &sqlx::migrate::MigrateError) -> String {
+    use sqlx::migrate::MigrateError as M;
+    match error {
+        M::Execute(e) => format!("while executing migrations: {}", database_message(e)),
+        M::ExecuteMigration(e, version) => {
+            format!(
+                "while executing migration {version}: {}",
+                database_message(e)
+            )
+        }
+        other => other.to_string(),
+    }
 }
 
 /// The part of an event that [`Error::PayloadRejected`] refers to.

@@ -4,7 +4,7 @@
 //! worker that crashed after sending). The inbox turns that into "applied once": inside the
 //! transaction that applies the event's effect, call [`apply_once`] first. It records
 //! `(consumer, event_id)` in `outbox_inbox` (schema: `migrations/0003_inbox.sql`, applied by
-//! [`crate::migrate`]) and says whether this is the first time:
+//! [`crate::migrate()`]) and says whether this is the first time:
 //!
 //! ```no_run
 //! # async fn on_order_confirmed(pool: &sqlx::PgPool, event_id: uuid::Uuid, order_id: uuid::Uuid) -> outbox_runtime::error::Result<()> {

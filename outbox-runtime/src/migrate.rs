@@ -1,10 +1,11 @@
-//! The base schema, embedded from the workspace's `migrations/` folder.
+//! The base schema, embedded from this crate's own `migrations/` folder (inside the package, so
+//! the crate builds from its published sources too).
 
 use sqlx::PgPool;
 
 /// The embedded migrator. sqlx takes an advisory lock while applying, so two processes calling
 /// [`migrate`] at once apply each migration exactly once.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// The table that records which base-schema migrations are applied. Not sqlx's default
 /// `_sqlx_migrations`: that one belongs to the service's own migrations folder (where the

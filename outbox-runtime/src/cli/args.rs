@@ -9,11 +9,8 @@ use uuid::Uuid;
 use super::duration::parse_duration;
 
 /// Operate the transactional outbox of this service.
-///
-/// Exit codes: 0 ok; 1 a check failed, contract drift, or nothing matched; 2 usage error;
-/// 3 database error; 4 migrations folder error.
 #[derive(Debug, Parser)]
-#[command(name = "outbox", version)]
+#[command(name = "outbox", version, after_help = super::exit_codes())]
 pub(crate) struct Cli {
     /// PostgreSQL URL (the commands that touch the database need it).
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
@@ -50,8 +47,8 @@ pub(crate) enum Command {
         /// Outbox table (repeatable); default: `outbox` and every table the events name.
         #[arg(long = "table")]
         tables: Vec<String>,
-        /// How many exhausted events to list per table.
-        #[arg(long, default_value_t = 20)]
+        /// How many exhausted events to list per table (0 to 10000).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(i64).range(0..=10_000))]
         limit: i64,
     },
     /// Put exhausted events back to pending with fresh attempts.
@@ -115,8 +112,8 @@ pub(crate) enum Migrations {
 
 #[derive(Debug, Args)]
 pub(crate) struct Folder {
-    /// The service's migrations folder (default: the one the binary was configured with,
-    /// else `./migrations`).
+    /// The service's migrations folder (default: the one the binary was configured with, else
+    /// `migrations` in the package's directory under `cargo run`, in the current one otherwise).
     #[arg(long, env = "OUTBOX_MIGRATIONS_DIR")]
     pub dir: Option<PathBuf>,
 }

@@ -12,6 +12,7 @@ use sqlx::{ConnectOptions, Connection};
 use super::Exit;
 use super::args::{Cli, Command, Folder, Migrations};
 use super::duration::format_duration;
+use crate::contract::shown;
 use crate::generate::{self, CompiledEvent, GenerateError, LOCK_FILE};
 use crate::store::{DEFAULT_TABLE, ExhaustedEvent, Stats, Store};
 
@@ -109,11 +110,41 @@ pub(crate) async fn execute(cli: Cli, mut cx: Context<'_>) -> Exit {
     }
 }
 
+/// The migrations folder: `--dir` (or `OUTBOX_MIGRATIONS_DIR`) as given, relative to the
+/// current directory like any path typed on a command line; else the binary's default, which,
+/// when relative, is relative to the package's directory when run by Cargo (`cargo run` sets
+/// `CARGO_MANIFEST_DIR`), so the command finds the same folder from any directory, and to the
+/// current directory otherwise (a deployed binary).
 fn dir(cx: &Context<'_>, folder: &Folder) -> PathBuf {
-    folder
-        .dir
-        .clone()
-        .unwrap_or_else(|| cx.default_dir.to_path_buf())
+    if let Some(given) = &folder.dir {
+        return given.clone();
+    }
+    if cx.default_dir.is_relative() {
+        if let Some(package) = std::env::var_os("CARGO_MANIFEST_DIR").filter(|d| !d.is_empty()) {
+            return Path::new(&package).join(cx.default_dir);
+        }
+    }
+    cx.default_dir.to_path_buf()
+}
+
+/// Why `migrations generate` and `check` refuse to run without events, and how to link them.
+fn no_events_linked() -> Failure {
+    // `cargo run` tells the binary its package; the library of a package `my-service` is the
+    // crate `my_service`.
+    let krate = std::env::var("CARGO_PKG_NAME")
+        .ok()
+        .filter(|name| !name.is_empty())
+        .map(|name| name.replace('-', "_"))
+        .unwrap_or_else(|| "your_service".to_owned());
+    Failure::new(
+        Exit::Usage,
+        format!(
+            "0 events are linked into this binary, so there is nothing to generate or check from. The `outbox` \
+             command sees only the `#[derive(Event)]` types compiled into its own binary: a binary in src/bin/ does \
+             not see src/main.rs, and links the package's library only when it names it. Put the events in \
+             src/lib.rs and add `use {krate} as _;` to src/bin/outbox.rs (see docs/getting-started.md)"
+        ),
+    )
 }
 
 async fn connect(url: Option<String>) -> Result<PgPool, Failure> {
@@ -123,6 +154,20 @@ async fn connect(url: Option<String>) -> Result<PgPool, Failure> {
             "no database given: set DATABASE_URL or pass --database-url postgres://user@host/db",
         )
     })?;
+    // sqlx reads any URL as connection options; another database's URL would be tried as
+    // PostgreSQL and fail with a confusing message. Only the scheme is shown: the rest may hold
+    // a password.
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+    if !matches!(scheme, Some("postgres" | "postgresql")) {
+        return Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "the database URL is not a PostgreSQL URL (it starts with `{}`): the outbox runs on PostgreSQL only; \
+                 use postgres://user@host/db",
+                scheme.map_or_else(|| "no scheme".to_owned(), |s| format!("{}://", shown(s)))
+            ),
+        ));
+    }
     let options: PgConnectOptions = url.parse().map_err(|e| {
         Failure::new(
             Exit::Usage,
@@ -149,6 +194,39 @@ async fn connect(url: Option<String>) -> Result<PgPool, Failure> {
         .max_connections(2)
         .acquire_timeout(Duration::from_secs(10))
         .connect_lazy_with(options))
+}
+
+/// The outbox tables this binary knows: `outbox` and every table its events name.
+fn known_tables(cx: &Context<'_>) -> Vec<String> {
+    tables_or_default(cx, &[])
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A statement on `table` failed. A missing table is told apart: a name that no linked event
+/// writes to is most likely mistyped; a known one has not been created yet.
+fn table_failure(table: &str, known: &[String], error: crate::Error) -> Failure {
+    let missing = matches!(
+        &error,
+        crate::Error::Database(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P01")
+    );
+    if !missing {
+        return Failure::from(error);
+    }
+    let message = if known.iter().any(|k| k == table) {
+        format!(
+            "the outbox table `{table}` does not exist in this database: run `outbox migrate` to create the base \
+             schema and apply the service's migrations"
+        )
+    } else {
+        format!(
+            "there is no table `{table}` in this database, and none of this binary's events writes to one of that \
+             name: check --table (the outbox tables of this binary: {})",
+            known.join(", ")
+        )
+    };
+    Failure::new(Exit::Database, message)
 }
 
 /// `outbox` plus every table the events name, sorted, unless `--table` was given.
@@ -188,6 +266,13 @@ async fn migrate(cx: &mut Context<'_>, url: Option<String>, folder: &Folder) -> 
             dir.display()
         );
     }
+    if cx.events.is_empty() {
+        let _ = writeln!(
+            cx.err,
+            "warning: 0 events are linked into this binary, so the contract check compares nothing \
+             (`outbox migrations check` says how to link them)"
+        );
+    }
     let compiled: Vec<_> = cx.events.iter().map(|e| e.contract.clone()).collect();
     let comparison = generate::verify_contracts(&pool, &compiled).await?;
     let _ = writeln!(
@@ -206,6 +291,9 @@ fn warn_removed(cx: &mut Context<'_>, removed: &[generate::RemovedContract]) {
 }
 
 fn generate_migrations(cx: &mut Context<'_>, folder: &Folder) -> Outcome {
+    if cx.events.is_empty() {
+        return Err(no_events_linked());
+    }
     let dir = dir(cx, folder);
     let outcome = generate::generate_migrations(&dir, cx.events)?;
     warn_removed(cx, &outcome.removed);
@@ -227,6 +315,9 @@ fn generate_migrations(cx: &mut Context<'_>, folder: &Folder) -> Outcome {
 }
 
 fn check_migrations(cx: &mut Context<'_>, folder: &Folder) -> Outcome {
+    if cx.events.is_empty() {
+        return Err(no_events_linked());
+    }
     let dir = dir(cx, folder);
     let outcome = generate::check_migrations(&dir, cx.events)?;
     warn_removed(cx, &outcome.removed);
@@ -241,6 +332,17 @@ fn check_migrations(cx: &mut Context<'_>, folder: &Folder) -> Outcome {
     }
     for reason in &outcome.stale {
         let _ = writeln!(cx.err, "stale: {reason}");
+    }
+    if !dir.exists() {
+        return Err(Failure::new(
+            Exit::Failed,
+            format!(
+                "the migrations folder {} does not exist: pass the service's folder with --dir (or \
+                 OUTBOX_MIGRATIONS_DIR), or run `outbox migrations generate --dir {}` to create it",
+                dir.display(),
+                dir.display()
+            ),
+        ));
     }
     Err(Failure::new(
         Exit::Failed,
@@ -269,11 +371,13 @@ async fn status(
         crate::store::validate_table_name(table)?;
     }
     let pool = connect(url).await?;
+    let known = known_tables(cx);
     let mut reports = Vec::new();
     for table in &tables {
         let store = Store::for_table(pool.clone(), table)?;
-        let stats = store.stats().await?;
-        let exhausted = store.exhausted_events(limit).await?;
+        let failed = |e| table_failure(table, &known, e);
+        let stats = store.stats().await.map_err(failed)?;
+        let exhausted = store.exhausted_events(limit).await.map_err(failed)?;
         reports.push((table.as_str(), stats, exhausted));
     }
     if json {
@@ -395,9 +499,11 @@ async fn retry(
     crate::store::validate_table_name(table)?;
     let pool = connect(url).await?;
     let store = Store::for_table(pool, table)?;
+    let known = known_tables(cx);
+    let failed = |e| table_failure(table, &known, e);
     match (event_id, event_type) {
         (Some(id), _) => {
-            if store.retry_exhausted(id).await? {
+            if store.retry_exhausted(id).await.map_err(failed)? {
                 let _ = writeln!(cx.out, "event {id} is pending again with fresh attempts");
                 Ok(Exit::Ok)
             } else {
@@ -410,7 +516,7 @@ async fn retry(
             }
         }
         (None, Some(name)) => {
-            let n = store.retry_exhausted_of_type(&name).await?;
+            let n = store.retry_exhausted_of_type(&name).await.map_err(failed)?;
             let _ = writeln!(
                 cx.out,
                 "{n} exhausted events of type {name} are pending again with fresh attempts"
@@ -440,10 +546,14 @@ async fn purge(
     crate::store::validate_table_name(table)?;
     let pool = connect(url).await?;
     let store = Store::for_table(pool, table)?;
+    let known = known_tables(cx);
     let mut total: u64 = 0;
     // Bounded batches: each statement holds its locks briefly, however much history there is.
     loop {
-        let deleted = store.purge_delivered(older_than, batch).await?;
+        let deleted = store
+            .purge_delivered(older_than, batch)
+            .await
+            .map_err(|e| table_failure(table, &known, e))?;
         total += deleted;
         if deleted < batch.unsigned_abs() {
             break;

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 
 /// Grants on one outbox table (template; `{table}`, `{enqueuer}`, `{worker}`).
 const TABLE_GRANTS: &str = include_str!("sql/grants.sql");
-/// Grant on the contract registry (template; `{worker}`).
+/// Grants on the contract registry (template; `{worker}`, `{enqueuer}`).
 const REGISTRY_GRANTS: &str = include_str!("sql/grants_registry.sql");
 /// Grants on the consumer-side inbox (template; `{consumer}`).
 const INBOX_GRANTS: &str = include_str!("sql/grants_inbox.sql");
@@ -45,7 +45,13 @@ pub fn grants_sql(tables: &[&str], enqueuer: &str, worker: &str) -> Result<Strin
         ));
         sql.push('\n');
     }
-    sql.push_str(&fill(REGISTRY_GRANTS, &[("worker", worker.to_owned())]));
+    sql.push_str(&fill(
+        REGISTRY_GRANTS,
+        &[
+            ("worker", worker.to_owned()),
+            ("enqueuer", enqueuer.to_owned()),
+        ],
+    ));
     Ok(sql)
 }
 
@@ -118,5 +124,8 @@ mod tests {
         let sql = grants_sql(&["outbox", "order_outbox"], "enq", "wrk").unwrap();
         assert!(sql.contains("ON order_outbox TO enq;"));
         assert!(sql.contains("GRANT SELECT ON outbox_contracts TO wrk;"));
+        assert!(sql.contains(
+            "GRANT SELECT (event_type, event_version, fingerprint, type_name) ON outbox_contracts TO enq;"
+        ));
     }
 }

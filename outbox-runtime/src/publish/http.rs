@@ -46,7 +46,7 @@
 //! a log line or this publisher's `Debug` output: reasons name the URL as
 //! `scheme://host:port/path`, and every text the publisher does not write itself (a receiver's
 //! body, an item's `error`, the HTTP client's error messages) goes through a
-//! [`Redactor`](super::redact::Redactor) that replaces those values, raw, percent-decoded or
+//! [`Redactor`] that replaces those values, raw, percent-decoded or
 //! percent-encoded, with `[redacted]` before the text is cut to
 //! [`HttpConfig::max_reason_bytes`]. A receiver's body is logged at DEBUG only.
 

@@ -1,9 +1,9 @@
 //! Publishers: [`crate::Sink`]s that hand claimed events to a broker or an HTTP receiver.
 //!
-//! - [`nats::NatsPublisher`] (feature `nats`): JetStream, with the event id as `Nats-Msg-Id` so
+//! - `nats::NatsPublisher` (feature `nats`): JetStream, with the event id as `Nats-Msg-Id` so
 //!   the stream's duplicate window drops redeliveries; an event counts as delivered only once the
 //!   stream acknowledged it.
-//! - [`http::HttpPublisher`] (feature `http`): a JSON `POST` with the stable `Idempotency-Key`,
+//! - `http::HttpPublisher` (feature `http`): a JSON `POST` with the stable `Idempotency-Key`,
 //!   one event per request or, in batch mode, an array answered with per-item results.
 //! - [`amqp::AmqpPublisher`] (feature `amqp`): RabbitMQ, persistent messages to an exchange
 //!   with the event id as `message_id`; an event counts as delivered only after the broker's

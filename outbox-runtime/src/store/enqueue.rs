@@ -219,6 +219,11 @@ fn write_canonical_number(out: &mut impl Write, number: &serde_json::Number) {
 
 /// Write `event` in `tx` under `operation_key`. Used by [`Event::enqueue`].
 ///
+/// The key must not be empty ([`Error::OperationKeyEmpty`]) nor longer than
+/// [`MAX_OPERATION_KEY_BYTES`]. The first enqueue of a type in a process checks its contract
+/// against the database's registry and refuses a payload whose shape changed without a version
+/// bump ([`Error::ContractMismatch`]; see `store::contract_check`).
+///
 /// One round trip in the common case. Same key and same payload (by value: see
 /// [`payload_fingerprint`]): the existing event id comes back and nothing is written. Same key,
 /// different payload: [`Error::OperationKeyReused`], and `tx` is still usable (the statement
@@ -234,6 +239,11 @@ pub async fn enqueue_event<E: Event>(
     operation_key: &str,
     options: &EnqueueOptions,
 ) -> Result<Uuid> {
+    if operation_key.is_empty() {
+        return Err(Error::OperationKeyEmpty {
+            event_type: E::NAME.to_owned(),
+        });
+    }
     if operation_key.len() > MAX_OPERATION_KEY_BYTES {
         return Err(Error::OperationKeyTooLong {
             operation_key: operation_key.to_owned(),
@@ -241,6 +251,9 @@ pub async fn enqueue_event<E: Event>(
             limit: MAX_OPERATION_KEY_BYTES,
         });
     }
+    // Before anything is written: a payload that changed shape under a registered version is
+    // refused here, not by the worker after it was stored.
+    super::contract_check::check_before_enqueue::<E>(tx).await?;
     write_event(tx, event, operation_key, options)
         .await
         .map_err(|error| aborted_transaction_error(error, E::TABLE))

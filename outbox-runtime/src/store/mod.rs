@@ -10,6 +10,7 @@
 //! is the only clock, and no statement takes a client timestamp.
 
 mod aggregate_lock;
+mod contract_check;
 pub mod enqueue;
 pub mod listing;
 pub mod sql;
@@ -23,6 +24,7 @@ use sqlx::types::Json;
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
+pub use contract_check::RECHECK_UNREGISTERED;
 pub use enqueue::EnqueueOptions;
 pub use listing::{StoredEvent, list_events};
 pub use sql::validate_table_name;

@@ -3,8 +3,8 @@
 //!
 //! The files name the default table through the visible placeholder
 //! `/* TEMPLATE: table */outbox`, so each file is valid SQL for `outbox` as it stands. For another
-//! table the placeholder is replaced once, when the table's [`Statements`] are first built, and
-//! the rendered set is kept for the life of the process (see [`statements`]).
+//! table the placeholder is replaced once, when the table's `Statements` are first built, and
+//! the rendered set is kept for the life of the process (see `statements`).
 
 use std::collections::HashMap;
 use std::sync::{OnceLock, RwLock};

@@ -43,12 +43,12 @@ pub struct TestDatabase {
 }
 
 impl TestDatabase {
-    /// A new database with [`crate::migrate`] applied; pool of 10 connections.
+    /// A new database with [`crate::migrate()`] applied; pool of 10 connections.
     pub async fn new() -> TestDatabase {
         Self::with_pool_size(10).await
     }
 
-    /// A new database with [`crate::migrate`] applied and a pool of `max_connections`.
+    /// A new database with [`crate::migrate()`] applied and a pool of `max_connections`.
     pub async fn with_pool_size(max_connections: u32) -> TestDatabase {
         let db = Self::empty(max_connections).await;
         crate::migrate(&db.pool)
