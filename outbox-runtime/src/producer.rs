@@ -1,7 +1,7 @@
 //! The producer side made fast by default: transactions that wake the workers after their own
 //! commit.
 //!
-//! [`Event::enqueue`] on a plain `sqlx::Transaction` queues a `NOTIFY` inside the business
+//! [`Event::enqueue`](crate::Event::enqueue) on a plain `sqlx::Transaction` queues a `NOTIFY` inside the business
 //! transaction. That is always correct, but PostgreSQL makes every notifying commit hold a
 //! database-wide lock until it is flushed, so notifying transactions commit one at a time. A
 //! [`Waker`] moves the notification after the commit, but only for the service that remembers to

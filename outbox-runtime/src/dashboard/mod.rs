@@ -22,7 +22,7 @@
 //! Without a token the dashboard is read-only. With one, it offers three actions (retry one
 //! exhausted event, retry all exhausted events of a type, purge delivered events older than a
 //! duration), each refused unless the request carries the token in its `Authorization` header
-//! and, when it comes from a browser, an `Origin` of the dashboard itself (see [`actions`]).
+//! and, when it comes from a browser, an `Origin` of the dashboard itself (see the `actions` module).
 
 mod actions;
 mod command;

@@ -1,4 +1,4 @@
-//! A seeded plan of delivery faults, applied by the drain ([`crate::testing::drain`]) to any
+//! A seeded plan of delivery faults, applied by the drain ([`mod@crate::testing::drain`]) to any
 //! [`Sink`]: handlers behind a [`crate::Dispatcher`], publishers, fan-outs.
 //!
 //! Faults that concern the sink alone (a delay, a panic, failed attempts, a second call) are

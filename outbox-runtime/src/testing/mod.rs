@@ -6,7 +6,7 @@
 //!   the kit, `#[sqlx::test]` pools included);
 //! - [`assertions`]: [`enqueued`], [`assert_enqueued`], [`assert_not_enqueued`]: what a
 //!   transaction or a service wrote, decoded with the event's own contract;
-//! - [`drain`]: [`drain()`](drain::drain), [`deliver_one`] and [`Drain`]: deliver what is ready
+//! - [`drain`](mod@drain): [`drain()`](drain::drain), [`deliver_one`] and [`Drain`]: deliver what is ready
 //!   in the calling task, through the store's own claim, complete and fail statements, and report
 //!   each delivery;
 //! - [`faults`]: [`Faults`], a seeded plan of duplicates, failures, lost responses, lost leases,
