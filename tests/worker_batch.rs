@@ -3,7 +3,6 @@
 //! delivered, refused ones retried or exhausted, items without a result retried, none lost.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,7 +23,8 @@ enum Answer {
     AcceptAll,
     /// Items whose payload number is odd are refused permanently.
     RefuseOdd,
-    /// The first call returns three results too few; later calls answer every item.
+    /// The first call (the first recorded) returns three results too few; later calls answer
+    /// every item.
     ShortOnce,
 }
 
@@ -32,7 +32,6 @@ enum Answer {
 struct BatchSink {
     answer: Answer,
     calls: Mutex<Vec<Vec<i64>>>,
-    shortened: AtomicBool,
 }
 
 impl BatchSink {
@@ -40,7 +39,6 @@ impl BatchSink {
         Arc::new(BatchSink {
             answer,
             calls: Mutex::new(Vec::new()),
-            shortened: AtomicBool::new(false),
         })
     }
 
@@ -72,7 +70,10 @@ impl Sink for BatchSink {
     ) -> BoxFuture<'a, Vec<Result<(), HandlerError>>> {
         Box::pin(async move {
             let numbers: Vec<i64> = items.iter().map(|(e, _)| number(e)).collect();
-            self.calls.lock().unwrap().push(numbers.clone());
+            // Chunks run concurrently: the call that is recorded first must be the one that is
+            // shortened, so both happen under the one lock.
+            let mut calls = self.calls.lock().unwrap();
+            calls.push(numbers.clone());
             let mut results: Vec<Result<(), HandlerError>> = numbers
                 .iter()
                 .map(|n| match self.answer {
@@ -82,12 +83,10 @@ impl Sink for BatchSink {
                     _ => Ok(()),
                 })
                 .collect();
-            if matches!(self.answer, Answer::ShortOnce)
-                && results.len() > 3
-                && !self.shortened.swap(true, Ordering::SeqCst)
-            {
+            if matches!(self.answer, Answer::ShortOnce) && calls.len() == 1 && results.len() > 3 {
                 results.truncate(results.len() - 3);
             }
+            drop(calls);
             results
         })
     }
