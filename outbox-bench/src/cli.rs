@@ -65,6 +65,14 @@ pub struct Args {
     /// Completions written per statement in the tuned drain setting.
     #[arg(long, default_value_t = 400)]
     pub completion_batch: usize,
+    /// Prefetch bound of the tuned drain setting (its 800 slots per worker need none).
+    #[arg(long, default_value_t = 0)]
+    pub prefetch: usize,
+    /// More drain settings to measure next to the defaults and the tuned one, each as
+    /// `workers:concurrency:batch:prefetch:completion_batch` (repeatable); the latency workload
+    /// runs with each of them too.
+    #[arg(long = "setting", value_parser = crate::drain::DrainSetting::parse)]
+    pub settings: Vec<crate::drain::DrainSetting>,
     /// Serialized payload size in bytes (0: the bare `{"order_id": i}`).
     #[arg(long, default_value_t = 0)]
     pub payload_bytes: usize,
@@ -82,6 +90,10 @@ pub struct Args {
     /// Also try a grid of drain settings (workers x concurrency x batch size) and report each.
     #[arg(long)]
     pub sweep: bool,
+    /// Also try a grid of one-worker settings at the default concurrency (claim batch x
+    /// prefetch x completion batch): how the builder's defaults were chosen.
+    #[arg(long)]
+    pub sweep_defaults: bool,
     /// Length of the latency workload, in seconds.
     #[arg(long, default_value_t = 10)]
     pub latency_secs: u64,

@@ -23,7 +23,7 @@ const PREFILL_CLIENTS: i64 = 4;
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// One worker configuration of the drain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct DrainSetting {
     /// Worker instances in this process.
     pub workers: usize,
@@ -31,6 +31,8 @@ pub struct DrainSetting {
     pub concurrency: usize,
     /// Events per claim statement.
     pub batch_size: usize,
+    /// Claimed events that may wait for a delivery slot (the bound of the adaptive window).
+    pub prefetch: usize,
     /// Completions per statement.
     pub completion_batch: usize,
     /// Complete by deleting the rows (a retention of zero) instead of marking them delivered.
@@ -45,9 +47,39 @@ impl DrainSetting {
             workers: 1,
             concurrency: config.concurrency,
             batch_size: config.batch_size,
+            prefetch: config.prefetch,
             completion_batch: config.completion_batch,
             delete_on_completion: false,
         }
+    }
+
+    /// Parse `workers:concurrency:batch:prefetch:completion_batch` (the `--setting` flag).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = text.split(':').collect();
+        let numbers: Vec<usize> = parts
+            .iter()
+            .map(|p| p.trim().parse::<usize>())
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("{text:?}: {e}; expected workers:concurrency:batch:prefetch:completion_batch, e.g. 1:64:256:512:512"))?;
+        let [workers, concurrency, batch_size, prefetch, completion_batch] = numbers[..] else {
+            return Err(format!(
+                "{text:?} has {} numbers; expected five, workers:concurrency:batch:prefetch:completion_batch, e.g. 1:64:256:512:512",
+                numbers.len()
+            ));
+        };
+        if workers == 0 || concurrency == 0 || batch_size == 0 || completion_batch == 0 {
+            return Err(format!(
+                "{text:?}: workers, concurrency, batch and completion_batch must be at least 1"
+            ));
+        }
+        Ok(DrainSetting {
+            workers,
+            concurrency,
+            batch_size,
+            prefetch,
+            completion_batch,
+            delete_on_completion: false,
+        })
     }
 
     /// The same setting, completing by deleting the rows.
@@ -61,10 +93,11 @@ impl DrainSetting {
     /// How the table shows this setting.
     pub fn label(&self) -> String {
         format!(
-            "workers={} concurrency={} batch={} completion_batch={}{}",
+            "workers={} concurrency={} batch={} prefetch={} completion_batch={}{}",
             self.workers,
             self.concurrency,
             self.batch_size,
+            self.prefetch,
             self.completion_batch,
             if self.delete_on_completion {
                 " delete"
@@ -85,6 +118,7 @@ impl DrainSetting {
             let mut builder = Worker::builder(db.pool().clone(), sink.clone())
                 .concurrency(self.concurrency)
                 .batch_size(self.batch_size)
+                .prefetch(self.prefetch)
                 .completion_batch(self.completion_batch, Duration::from_millis(5))
                 .lease(Duration::from_secs(30));
             // Retention zero deletes each row in its completion; otherwise the builder's
@@ -237,7 +271,8 @@ pub async fn run_ceiling(db: &BenchDb, n: i64, completion: Completion) -> BenchR
     })
 }
 
-/// The grid `--sweep` tries: one and two workers, a few concurrency and batch sizes.
+/// The grid `--sweep` tries: one and two workers, a few concurrency and batch sizes, without
+/// prefetch.
 pub fn sweep_grid() -> Vec<DrainSetting> {
     let mut grid = Vec::new();
     for workers in [1, 2, 4] {
@@ -246,10 +281,37 @@ pub fn sweep_grid() -> Vec<DrainSetting> {
                 workers,
                 concurrency,
                 batch_size,
+                prefetch: 0,
                 completion_batch: batch_size,
                 delete_on_completion: false,
             });
         }
+    }
+    grid
+}
+
+/// The grid `--sweep-defaults` tries for the builder's defaults: one worker at the default
+/// concurrency, with claim batch, prefetch bound and completion batch varied.
+pub fn defaults_grid() -> Vec<DrainSetting> {
+    let concurrency = DrainSetting::defaults().concurrency;
+    let mut grid = Vec::new();
+    for (batch_size, prefetch, completion_batch) in [
+        (32, 0, 64),
+        (64, 64, 128),
+        (128, 128, 256),
+        (256, 256, 256),
+        (256, 512, 512),
+        (512, 1024, 512),
+        (512, 1024, 1024),
+    ] {
+        grid.push(DrainSetting {
+            workers: 1,
+            concurrency,
+            batch_size,
+            prefetch,
+            completion_batch,
+            delete_on_completion: false,
+        });
     }
     grid
 }

@@ -31,9 +31,11 @@ pub struct LatencyStats {
     pub max_ms: f64,
 }
 
-/// Run the latency workload for `secs`, one event each `interval`.
+/// Run the latency workload for `secs` against one worker of `setting`, one event each
+/// `interval`.
 pub async fn run(
     db: &BenchDb,
+    setting: DrainSetting,
     secs: u64,
     interval: Duration,
     shape: &PayloadShape,
@@ -41,7 +43,7 @@ pub async fn run(
     db.truncate_outboxes().await?;
     db.settle().await?;
     let sink = Arc::new(CountingSink::stamping());
-    let handles = DrainSetting::defaults().start(db, &sink).await?;
+    let handles = setting.start(db, &sink).await?;
     // Idle for a second: LISTEN is up and the first poll has come and gone.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let total = (Duration::from_secs(secs).as_micros() / interval.as_micros().max(1)) as i64;

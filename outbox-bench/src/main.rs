@@ -93,6 +93,7 @@ async fn run(args: &Args) -> BenchResult<()> {
         workers: args.workers,
         concurrency: args.concurrency,
         batch_size: args.batch_size,
+        prefetch: args.prefetch,
         completion_batch: args.completion_batch,
         delete_on_completion: false,
     };
@@ -114,25 +115,34 @@ async fn run(args: &Args) -> BenchResult<()> {
     }
     let mut latency_stats = None;
     if args.wants(Workload::Latency) {
-        progress("latency", "idle worker, builder defaults");
         let interval = Duration::from_millis(args.latency_interval_ms.max(1));
-        let stats = latency::run(&db, args.latency_secs, interval, &shape).await?;
-        rows.push(Row {
-            workload: "latency",
-            setting: format!(
-                "p99, 1 event / {} ms for {} s, defaults",
-                args.latency_interval_ms, args.latency_secs
-            ),
-            value: stats.p99_ms,
-            unit: "ms",
-            vs_ceiling: None,
-            vs_baseline: None,
-            notes: format!(
-                "p50 {:.2} ms, max {:.2} ms, handled {}/{}",
-                stats.p50_ms, stats.max_ms, stats.handled, stats.sent
-            ),
-        });
-        latency_stats = Some(stats);
+        let latency_settings = std::iter::once(("defaults", DrainSetting::defaults()))
+            .chain(args.settings.iter().map(|s| ("setting", *s)));
+        for (name, setting) in latency_settings {
+            progress(
+                "latency",
+                &format!("idle worker, {name}: {}", setting.label()),
+            );
+            let stats = latency::run(&db, setting, args.latency_secs, interval, &shape).await?;
+            rows.push(Row {
+                workload: "latency",
+                setting: format!(
+                    "p99, 1 event / {} ms for {} s, {name}: {}",
+                    args.latency_interval_ms,
+                    args.latency_secs,
+                    setting.label()
+                ),
+                value: stats.p99_ms,
+                unit: "ms",
+                vs_ceiling: None,
+                vs_baseline: None,
+                notes: format!(
+                    "p50 {:.2} ms, max {:.2} ms, handled {}/{}",
+                    stats.p50_ms, stats.max_ms, stats.handled, stats.sent
+                ),
+            });
+            latency_stats.get_or_insert(stats);
+        }
     }
     if args.wants(Workload::Ordered) {
         rows.extend(measure_ordered(args, &db, runs).await?);
@@ -212,8 +222,17 @@ async fn measure_drains(
         settings.push(DrainSetting::defaults());
         settings.push(tuned);
         settings.push(tuned.deleting());
+        settings.extend(args.settings.iter().copied());
         if args.sweep {
             settings.extend(drain::sweep_grid().into_iter().filter(|s| *s != tuned));
+        }
+        if args.sweep_defaults {
+            let defaults = DrainSetting::defaults();
+            settings.extend(
+                drain::defaults_grid()
+                    .into_iter()
+                    .filter(|s| *s != defaults && !args.settings.contains(s)),
+            );
         }
     }
     let completions = [ceiling::Completion::Delete, ceiling::Completion::Update];
@@ -274,6 +293,7 @@ async fn measure_drains(
             0 => "defaults",
             1 => "tuned",
             2 => "tuned, retention 0",
+            i if i < 3 + args.settings.len() => "setting",
             _ => "sweep",
         };
         let mut notes = runs_note(rates);

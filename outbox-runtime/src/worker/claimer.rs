@@ -1,5 +1,12 @@
-//! Fills free delivery slots with claimed events: one `claim_batch` per wake-up, never more
-//! events than free slots, each started as a task under the concurrency limit.
+//! Claims events for the delivery slots: one `claim_batch` per wake-up, never more events than
+//! the room left (the running deliveries plus the prefetch window, see [`super::pace`]), each
+//! started as a task that waits for a delivery slot in claim order.
+//!
+//! Two semaphores split the work. `holds` (`concurrency + prefetch` permits) bounds what this
+//! worker holds claimed: the claimer takes one per event and the event gives it back when its
+//! sink call returns. `slots` (`concurrency` permits, in the executor) bounds what runs. The
+//! claimer keeps `prefetch - window` holds to itself while it waits, so it claims ahead only as
+//! far as the measured pace asks for.
 
 use std::sync::Arc;
 
@@ -16,31 +23,30 @@ use crate::store::{ClaimedBatch, UndecodableEvent, UndecodableOutcome};
 
 pub(crate) struct Claimer {
     pub(crate) shared: Arc<Shared>,
-    /// One permit per delivery slot (`concurrency` in all).
-    pub(crate) slots: Arc<Semaphore>,
+    /// One permit per event this worker may hold claimed (`concurrency + prefetch` in all).
+    pub(crate) holds: Arc<Semaphore>,
     /// Where delivery tasks run; shutdown waits on it.
     pub(crate) tasks: TaskTracker,
     pub(crate) executor: Executor,
 }
 
 impl Claimer {
-    /// Claim until shutdown begins. Each turn waits for a free slot, claims up to the free
-    /// slots, and then either goes straight on (a full batch: more may be waiting) or waits for
-    /// a notification or the jittered poll tick.
+    /// Claim until shutdown begins. Each turn waits for room, claims up to it, and then
+    /// either goes straight on (a full batch: more may be waiting) or waits for a notification
+    /// or the jittered poll tick.
     pub(crate) async fn run(self) {
         let stop = self.shared.claim_stop.clone();
         loop {
-            let first = tokio::select! {
+            let room = tokio::select! {
                 biased;
                 () = stop.cancelled() => break,
-                permit = self.slots.clone().acquire_owned() => match permit {
-                    Ok(p) => p,
-                    Err(_) => break,
+                room = self.wait_for_room() => match room {
+                    Some(room) => room,
+                    None => break,
                 },
             };
-            let permits = self.take_free_slots(first);
-            let requested = permits.len();
-            let full = match self.claim_into(permits).await {
+            let requested = room.num_permits();
+            let full = match self.claim_into(room).await {
                 Ok(claimed) => claimed == requested,
                 Err(e) => {
                     tracing::warn!(error = %e, worker = %self.shared.config.name, "claiming failed; trying again after the poll interval");
@@ -59,15 +65,37 @@ impl Claimer {
         }
     }
 
-    fn take_free_slots(&self, first: OwnedSemaphorePermit) -> Vec<OwnedSemaphorePermit> {
-        let mut permits = vec![first];
-        while permits.len() < self.shared.config.batch_size {
-            match self.slots.clone().try_acquire_owned() {
-                Ok(p) => permits.push(p),
-                Err(_) => break,
-            }
+    /// Wait until this worker may claim at least one more event, then take the holds for as
+    /// many as it may (at most `batch_size`): the running and waiting events plus the room stay
+    /// within `concurrency + window`. `None` when the semaphore is closed.
+    async fn wait_for_room(&self) -> Option<OwnedSemaphorePermit> {
+        let config = &self.shared.config;
+        let window = self.shared.pace.window(config.concurrency, config.prefetch);
+        // Kept back while waiting so that the first permit is granted only when the others
+        // hold fewer than `concurrency + window`; handed back before claiming.
+        let unused = config.prefetch - window;
+        let mut room = self
+            .holds
+            .clone()
+            .acquire_many_owned(permit_count(unused + 1))
+            .await
+            .ok()?;
+        let more = self
+            .holds
+            .available_permits()
+            .min(config.batch_size.saturating_sub(1));
+        if more > 0
+            && let Ok(extra) = self
+                .holds
+                .clone()
+                .try_acquire_many_owned(permit_count(more))
+        {
+            room.merge(extra);
         }
-        permits
+        if unused > 0 {
+            drop(room.split(unused));
+        }
+        Some(room)
     }
 
     /// Count and log the claimed rows the store found undecodable (it has exhausted them).
@@ -96,11 +124,11 @@ impl Claimer {
         }
     }
 
-    /// Claim `permits.len()` events at most and start one task per event; surplus permits go
-    /// back when this returns.
-    async fn claim_into(&self, permits: Vec<OwnedSemaphorePermit>) -> Result<usize> {
+    /// Claim `room.num_permits()` events at most and start one task per event, each taking one
+    /// of the holds; surplus holds go back when this returns.
+    async fn claim_into(&self, mut room: OwnedSemaphorePermit) -> Result<usize> {
         let shared = &self.shared;
-        let limit = i64::try_from(permits.len()).unwrap_or(i64::MAX);
+        let limit = i64::try_from(room.num_permits()).unwrap_or(i64::MAX);
         // Taken before the statement is sent: the database's lease cannot end before this plus
         // the lease (see `inflight`).
         let sent_at = Instant::now();
@@ -119,6 +147,7 @@ impl Claimer {
             .await?;
         let claimed_at = Instant::now();
         shared.counters.claim_took(claimed_at - sent_at);
+        shared.pace.claimed(claimed_at - sent_at);
         for event in &events {
             shared
                 .counters
@@ -136,37 +165,48 @@ impl Claimer {
             .hook
             .emit(|| WorkerEvent::ClaimedBatch(events.iter().map(|e| e.claim()).collect()));
         tracing::debug!(claimed, worker = %shared.config.name, "claimed a batch");
-        let max_batch = shared.sink.max_batch();
+        // A chunk runs only when it has a slot for each of its events, so it is never larger
+        // than the slots there are.
+        let max_batch = shared.sink.max_batch().min(shared.config.concurrency);
         if max_batch > 1 {
-            // The sink has a batch API: one task per chunk, each holding its items' slots.
-            let mut claimed_events = events.into_iter().zip(permits).peekable();
+            // The sink has a batch API: one task per chunk, each holding its items' holds.
+            let mut claimed_events = events.into_iter().peekable();
             while claimed_events.peek().is_some() {
                 let mut items = Vec::with_capacity(max_batch);
-                let mut slots = Vec::with_capacity(max_batch);
-                for (event, slot) in claimed_events.by_ref().take(max_batch) {
+                for event in claimed_events.by_ref().take(max_batch) {
                     let lease_lost = shared.work_cancel.child_token();
                     shared
                         .inflight
                         .register(event.claim(), lease_lost.clone(), lease_ends);
                     items.push((event, lease_lost));
-                    slots.push(slot);
                 }
+                let Some(holds) = room.split(items.len()) else {
+                    unreachable!("a claim returns no more events than it has holds for");
+                };
                 self.tasks
-                    .spawn(self.executor.clone().run_batch(items, slots, claimed_at));
+                    .spawn(self.executor.clone().run_batch(items, holds, claimed_at));
             }
             return Ok(claimed);
         }
-        for (event, slot) in events.into_iter().zip(permits) {
+        for event in events {
             let lease_lost = shared.work_cancel.child_token();
             shared
                 .inflight
                 .register(event.claim(), lease_lost.clone(), lease_ends);
+            let Some(hold) = room.split(1) else {
+                unreachable!("a claim returns no more events than it has holds for");
+            };
             self.tasks.spawn(
                 self.executor
                     .clone()
-                    .run(event, lease_lost, slot, claimed_at),
+                    .run(event, lease_lost, hold, claimed_at),
             );
         }
         Ok(claimed)
     }
+}
+
+/// A permit count as the semaphore takes it; the configuration keeps counts far below `u32::MAX`.
+fn permit_count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }

@@ -68,6 +68,10 @@ impl RetryPolicy {
     }
 }
 
+/// Most events one worker may hold claimed (`concurrency + prefetch`): far beyond any useful
+/// setting, and it keeps semaphore counts well inside their limits.
+const MAX_HELD: usize = 1_000_000;
+
 /// Configuration of one worker. Built by [`crate::worker::WorkerBuilder`]; every field has a
 /// default sensible for a small service.
 #[derive(Debug, Clone)]
@@ -78,11 +82,22 @@ pub struct WorkerConfig {
     pub name: String,
     /// Deliveries running at once (default 64).
     pub concurrency: usize,
-    /// Largest number of events claimed in one statement (default 32). The claimer never claims
-    /// more than the free delivery slots. Half the concurrency, so that a claim can take a
-    /// full batch while the other half is being delivered (at concurrency == batch size the
-    /// claimer wakes at the first free slot and alternates full and tiny claims).
+    /// Largest number of events claimed in one statement (default 256). The claimer never
+    /// claims more than the room left by the running and waiting deliveries (`concurrency` plus
+    /// the prefetch window), so a large batch costs nothing when the sink is slow; with a fast
+    /// sink, fewer and larger claims drain a backlog faster (`docs/benchmarks.md`, "How the
+    /// defaults were chosen").
     pub batch_size: usize,
+    /// Most claimed events waiting for a delivery slot beyond the running ones (default 512;
+    /// 0 claims only into free slots).
+    ///
+    /// Claiming ahead keeps every slot busy while the next claim is on its way, which is what
+    /// a fast sink needs. The worker sizes the window from what it measures, enough for two
+    /// claim round trips at the current delivery rate, so with a slow sink it stays at one or
+    /// two events: a waiting event is invisible to other workers, and this bound is how many
+    /// that can be at most. Waiting events keep their lease renewed; shutdown hands them back
+    /// unstarted and uncharged.
+    pub prefetch: usize,
     /// Lease of a claim (default 30 s). A worker that dies loses its events for this long.
     pub lease: Duration,
     /// Renew leases of running deliveries (default true). Off only to test lease expiry.
@@ -124,7 +139,9 @@ pub struct WorkerConfig {
     /// any vacuum the table grows without bound. Needs a role that owns the table; otherwise the
     /// leader logs one warning saying what to do. With autovacuum on it does nothing.
     pub vacuum_without_autovacuum: bool,
-    /// Completions written in one statement at most (default 64).
+    /// Completions written in one statement at most (default 512). A full batch is written at
+    /// once; a partial one after `completion_flush`, or as soon as it holds every claim the
+    /// worker has.
     pub completion_batch: usize,
     /// How long the completer waits to fill a batch (default 5 ms).
     pub completion_flush: Duration,
@@ -139,7 +156,8 @@ impl WorkerConfig {
             table: table.to_owned(),
             name: default_worker_name(),
             concurrency: 64,
-            batch_size: 32,
+            batch_size: 256,
+            prefetch: 512,
             lease: Duration::from_secs(30),
             renewal: true,
             renew_interval: None,
@@ -152,7 +170,7 @@ impl WorkerConfig {
             maintenance_batch: 1000,
             maintenance: true,
             vacuum_without_autovacuum: true,
-            completion_batch: 64,
+            completion_batch: 512,
             completion_flush: Duration::from_millis(5),
             shutdown_deadline: Duration::from_secs(30),
         }
@@ -182,8 +200,15 @@ impl WorkerConfig {
         }
         if self.batch_size == 0 {
             return Err(Error::Config(
-                "batch_size must be at least 1; the default is 32".into(),
+                "batch_size must be at least 1; the default is 256".into(),
             ));
+        }
+        if self.concurrency > MAX_HELD || self.prefetch > MAX_HELD - self.concurrency {
+            return Err(Error::Config(format!(
+                "concurrency ({}) plus prefetch ({}) exceeds {MAX_HELD} events held at once; \
+                 the defaults are 64 and 512",
+                self.concurrency, self.prefetch
+            )));
         }
         if self.lease < Duration::from_millis(200) {
             return Err(Error::Config(format!(
@@ -224,7 +249,7 @@ impl WorkerConfig {
         }
         if self.completion_batch == 0 {
             return Err(Error::Config(
-                "completion_batch must be at least 1; the default is 64".into(),
+                "completion_batch must be at least 1; the default is 512".into(),
             ));
         }
         self.retry.validate()

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -100,20 +100,39 @@ pub(crate) fn retry_plan(
 pub(crate) struct Executor {
     pub(crate) shared: Arc<Shared>,
     pub(crate) completions: UnboundedSender<Completion>,
+    /// One permit per delivery slot (`concurrency` in all). Claimed events wait here, in claim
+    /// order, when the claimer claimed ahead (see `pace`).
+    pub(crate) slots: Arc<Semaphore>,
 }
 
 impl Executor {
-    /// Deliver `event`, claimed at `claimed_at`; `slot` is the concurrency permit, freed as soon
-    /// as the sink returns.
+    /// Wait for `n` delivery slots; `None` when shutdown began first (the events are then handed
+    /// back unstarted).
+    async fn wait_for_slots(&self, n: usize) -> Option<OwnedSemaphorePermit> {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        tokio::select! {
+            biased;
+            () = self.shared.claim_stop.cancelled() => None,
+            slots = self.slots.clone().acquire_many_owned(n) => slots.ok(),
+        }
+    }
+
+    /// Deliver `event`, claimed at `claimed_at`, once a delivery slot is free; `hold` is the
+    /// claimer's permit for it. Both are freed as soon as the sink returns.
     pub(crate) async fn run(
         self,
         event: ClaimedEvent,
         lease_lost: CancellationToken,
-        slot: OwnedSemaphorePermit,
+        hold: OwnedSemaphorePermit,
         claimed_at: Instant,
     ) {
         let shared = Arc::clone(&self.shared);
         let claim = event.claim();
+        let Some(slot) = self.wait_for_slots(1).await else {
+            drop(hold);
+            self.release(claim).await;
+            return;
+        };
         if let Some(gate) = &shared.start_gate {
             tokio::select! {
                 permit = gate.acquire() => { if let Ok(p) = permit { p.forget() } }
@@ -121,7 +140,7 @@ impl Executor {
             }
         }
         if shared.claim_stop.is_cancelled() {
-            drop(slot);
+            drop((slot, hold));
             self.release(claim).await;
             return;
         }
@@ -146,9 +165,11 @@ impl Executor {
                 outcome = call_sink(sink.as_ref(), &event, &delivery) => Outcome::from(outcome),
                 () = shared.abort.cancelled() => Outcome::Abandoned,
             };
-            drop(slot);
+            drop((slot, hold));
             if !matches!(outcome, Outcome::Abandoned) {
-                shared.counters.handler_took(&event.event_type, started.elapsed());
+                let took = started.elapsed();
+                shared.counters.handler_took(&event.event_type, took);
+                shared.pace.delivered(took);
             }
             match outcome {
                 Outcome::Delivered => self.delivered(&event, claimed_at),
@@ -170,17 +191,25 @@ impl Executor {
         .await;
     }
 
-    /// Deliver a chunk of claimed events (at most `Sink::max_batch`) in one
-    /// `Sink::deliver_batch` call; `slots` holds one concurrency permit per event. Each item's
-    /// result is applied on its own: accepted items are completed, refused ones take the fail
-    /// path, and items the sink returned no result for are retried.
+    /// Deliver a chunk of claimed events (at most `Sink::max_batch`, and at most the
+    /// concurrency) in one `Sink::deliver_batch` call, once a delivery slot is free for each;
+    /// `holds` is the claimer's permit for them. Each item's result is applied on its own:
+    /// accepted items are completed, refused ones take the fail path, and items the sink
+    /// returned no result for are retried.
     pub(crate) async fn run_batch(
         self,
         items: Vec<(ClaimedEvent, CancellationToken)>,
-        slots: Vec<OwnedSemaphorePermit>,
+        holds: OwnedSemaphorePermit,
         claimed_at: Instant,
     ) {
         let shared = Arc::clone(&self.shared);
+        let Some(slots) = self.wait_for_slots(items.len()).await else {
+            drop(holds);
+            for (event, _) in &items {
+                self.release(event.claim()).await;
+            }
+            return;
+        };
         if let Some(gate) = &shared.start_gate {
             let wanted = u32::try_from(items.len()).unwrap_or(u32::MAX);
             tokio::select! {
@@ -189,7 +218,7 @@ impl Executor {
             }
         }
         if shared.claim_stop.is_cancelled() {
-            drop(slots);
+            drop((slots, holds));
             for (event, _) in &items {
                 self.release(event.claim()).await;
             }
@@ -221,12 +250,13 @@ impl Executor {
                 result = call => result.map_err(|panic| panic_message(panic.as_ref())).map(Some),
                 () = shared.abort.cancelled() => Ok(None),
             };
-            drop(slots);
+            drop((slots, holds));
             if !matches!(outcome, Ok(None)) {
                 let took = started.elapsed();
                 for (event, _) in &batch {
                     shared.counters.handler_took(&event.event_type, took);
                 }
+                shared.pace.delivered(took);
             }
             match outcome {
                 Ok(Some(results)) => {

@@ -2,9 +2,11 @@
 //! back the outcome, fenced by the claim.
 //!
 //! ```text
-//!             NOTIFY / poll tick / free slot
+//!             NOTIFY / poll tick / room freed
 //!                        |
-//!   listener ------> claimer --claim_batch(free slots)--> executor tasks (<= concurrency)
+//!   listener ------> claimer --claim_batch(room)--> executor tasks: wait for a slot in claim
+//!                (room: running + waiting <= concurrency + prefetch window; see pace.rs)
+//!                                                     run the sink (<= concurrency at once)
 //!                                                           |  ok        | error / panic
 //!   renewer: renew_many_if_owned(in-flight) every lease/3   v            v
 //!            lost -> Delivery::lease_lost cancelled      completer    fail_if_owned
@@ -14,7 +16,8 @@
 //!                VACUUM where autovacuum is off
 //! ```
 //!
-//! One file per part: [`config`] (knobs and defaults), `claimer.rs`, `executor.rs` (one delivery:
+//! One file per part: [`config`] (knobs and defaults), `claimer.rs`, `pace.rs` (how far to
+//! claim ahead of the sink), `executor.rs` (one delivery:
 //! span, panic catching, outcome), `renewer.rs`, `completer.rs`, `maintenance.rs`,
 //! `listener.rs`, `shutdown.rs` (the handle and the drain), [`sessions`] (a named pool per
 //! role), [`metrics`] and [`events`] (the test hook).
@@ -86,6 +89,7 @@ mod inflight;
 mod listener;
 mod maintenance;
 pub mod metrics;
+mod pace;
 mod renewer;
 pub mod sessions;
 mod shutdown;
@@ -114,6 +118,7 @@ use crate::store::{DEFAULT_TABLE, Store};
 use events::Hook;
 use inflight::InFlight;
 use metrics::Counters;
+use pace::Pace;
 use sessions::Sessions;
 
 /// A configured worker, ready to [`Worker::start`].
@@ -181,6 +186,7 @@ impl Worker {
             sink: self.sink,
             config: self.config,
             inflight: InFlight::default(),
+            pace: Pace::default(),
             hook: self.hook,
             wake: Notify::new(),
             claim_stop: CancellationToken::new(),
@@ -246,9 +252,18 @@ impl WorkerBuilder {
         self
     }
 
-    /// Most events claimed per statement (default 32; never more than the free slots).
+    /// Most events claimed per statement (default 256; never more than the room the running
+    /// deliveries and the prefetch window leave).
     pub fn batch_size(mut self, n: usize) -> Self {
         self.config.batch_size = n;
+        self
+    }
+
+    /// Most claimed events waiting for a delivery slot (default 512; 0 claims only into free
+    /// slots). The worker claims ahead only as far as its measured claim and handler times ask
+    /// for (see [`WorkerConfig::prefetch`]).
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.config.prefetch = n;
         self
     }
 
@@ -329,7 +344,7 @@ impl WorkerBuilder {
         self
     }
 
-    /// Completions per statement (default 64) and how long to wait to fill one (default 5 ms).
+    /// Completions per statement (default 512) and how long to wait to fill one (default 5 ms).
     pub fn completion_batch(mut self, max: usize, flush_after: Duration) -> Self {
         self.config.completion_batch = max;
         self.config.completion_flush = flush_after;
@@ -396,6 +411,8 @@ pub(crate) struct Shared {
     pub(crate) sink: Arc<dyn Sink>,
     pub(crate) config: WorkerConfig,
     pub(crate) inflight: InFlight,
+    /// Claim and handler times, which size the prefetch window (see [`pace`]).
+    pub(crate) pace: Pace,
     pub(crate) counters: Counters,
     pub(crate) hook: Hook,
     /// The claimer's wake-up (a stored permit, so none is lost while claiming): sent by the

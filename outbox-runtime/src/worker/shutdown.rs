@@ -130,11 +130,14 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> WorkerHandle {
     let claimer = tokio::spawn(
         Claimer {
             shared: Arc::clone(&shared),
-            slots: Arc::new(Semaphore::new(shared.config.concurrency)),
+            holds: Arc::new(Semaphore::new(
+                shared.config.concurrency + shared.config.prefetch,
+            )),
             tasks: tasks.clone(),
             executor: Executor {
                 shared: Arc::clone(&shared),
                 completions: completions_tx,
+                slots: Arc::new(Semaphore::new(shared.config.concurrency)),
             },
         }
         .run(),

@@ -1,0 +1,476 @@
+//! The worker claims ahead of its sink (the prefetch window) only as far as its measured pace
+//! asks for, and claimed events waiting for a delivery slot are still the worker's promise:
+//! never more than `concurrency` running, never lost, renewed while they wait, handed back
+//! uncharged at shutdown.
+//!
+//! Each test fails on one way of getting the window wrong: a window pinned to the configured
+//! bound hoards events behind a slow sink (`a_slow_sink_does_not_hoard_claims`); a window
+//! pinned to zero never claims ahead (`a_fast_sink_lets_the_worker_claim_ahead`,
+//! `shutdown_hands_back_waiting_events_uncharged`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use outbox_runtime::store::ClaimedEvent;
+use outbox_runtime::testing::TestDatabase;
+use outbox_runtime::worker::{Worker, WorkerEvent};
+use outbox_runtime::{Delivery, HandlerError, Sink};
+use sqlx::PgPool;
+use tokio::sync::mpsc;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn insert_events(pool: &PgPool, n: i64) {
+    sqlx::query(
+        "INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload)
+         SELECT gen_random_uuid(), 'prefetch-' || g, '\\x00', 'ping', 1, jsonb_build_object('n', g)
+         FROM generate_series(1, $1) AS g",
+    )
+    .bind(n)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+async fn count(pool: &PgPool, status: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = $1")
+        .bind(status)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Wait until every row is delivered, failing after [`WAIT`].
+async fn all_delivered(pool: &PgPool, events: i64) {
+    let started = Instant::now();
+    loop {
+        let delivered = count(pool, "delivered").await;
+        if delivered == events {
+            return;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "{delivered} of {events} delivered after {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn number(event: &ClaimedEvent) -> i64 {
+    event.payload["n"].as_i64().expect("test payloads carry n")
+}
+
+/// How a test sink spends each call.
+#[derive(Clone, Copy)]
+enum Pace {
+    /// Returns at once.
+    Instant,
+    /// Sleeps this long.
+    Sleep(Duration),
+    /// The first `fast` calls return at once, later ones sleep this long.
+    FastThenSleep { fast: usize, sleep: Duration },
+    /// The first `fast` calls return at once, later ones run until the delivery's `lease_lost`
+    /// token is cancelled (the shutdown deadline) and then give up with a retryable error.
+    FastThenHold { fast: usize },
+}
+
+/// Records what ran, how much ran at once, and how often each event was delivered.
+struct RecordingSink {
+    pace: Pace,
+    max_batch: usize,
+    calls: AtomicUsize,
+    /// Events whose call returned.
+    finished: AtomicUsize,
+    running: AtomicUsize,
+    peak: AtomicUsize,
+    batch_sizes: Mutex<Vec<usize>>,
+    deliveries: Mutex<HashMap<i64, usize>>,
+}
+
+impl RecordingSink {
+    fn new(pace: Pace, max_batch: usize) -> Arc<Self> {
+        Arc::new(RecordingSink {
+            pace,
+            max_batch,
+            calls: AtomicUsize::new(0),
+            finished: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            batch_sizes: Mutex::new(Vec::new()),
+            deliveries: Mutex::new(HashMap::new()),
+        })
+    }
+
+    async fn call(&self, events: &[i64], lease_lost: &tokio_util::sync::CancellationToken) -> bool {
+        let running = self.running.fetch_add(events.len(), Ordering::SeqCst) + events.len();
+        self.peak.fetch_max(running, Ordering::SeqCst);
+        let call = self.calls.fetch_add(1, Ordering::SeqCst);
+        let delivered = match self.pace {
+            Pace::Instant => true,
+            Pace::Sleep(d) => {
+                tokio::time::sleep(d).await;
+                true
+            }
+            Pace::FastThenSleep { fast, sleep } => {
+                if call >= fast {
+                    tokio::time::sleep(sleep).await;
+                }
+                true
+            }
+            Pace::FastThenHold { fast } => {
+                if call >= fast {
+                    lease_lost.cancelled().await;
+                    false
+                } else {
+                    true
+                }
+            }
+        };
+        if delivered {
+            let mut deliveries = self.deliveries.lock().unwrap();
+            for n in events {
+                *deliveries.entry(*n).or_default() += 1;
+            }
+        }
+        self.running.fetch_sub(events.len(), Ordering::SeqCst);
+        self.finished.fetch_add(events.len(), Ordering::SeqCst);
+        delivered
+    }
+}
+
+impl Sink for RecordingSink {
+    fn deliver<'a>(
+        &'a self,
+        event: &'a ClaimedEvent,
+        delivery: &'a Delivery,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            if self.call(&[number(event)], delivery.lease_lost()).await {
+                Ok(())
+            } else {
+                Err(HandlerError::retry("the worker is shutting down"))
+            }
+        })
+    }
+
+    fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    fn deliver_batch<'a>(
+        &'a self,
+        items: &'a [(ClaimedEvent, Delivery)],
+    ) -> BoxFuture<'a, Vec<Result<(), HandlerError>>> {
+        Box::pin(async move {
+            self.batch_sizes.lock().unwrap().push(items.len());
+            let numbers: Vec<i64> = items.iter().map(|(e, _)| number(e)).collect();
+            let ok = self.call(&numbers, items[0].1.lease_lost()).await;
+            items
+                .iter()
+                .map(|_| {
+                    if ok {
+                        Ok(())
+                    } else {
+                        Err(HandlerError::retry("the worker is shutting down"))
+                    }
+                })
+                .collect()
+        })
+    }
+}
+
+/// The sizes of every claim the worker reported so far.
+fn claim_sizes(events: &mut mpsc::UnboundedReceiver<WorkerEvent>, into: &mut Vec<usize>) {
+    while let Ok(event) = events.try_recv() {
+        if let WorkerEvent::ClaimedBatch(claims) = event {
+            into.push(claims.len());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_deliveries_never_exceed_the_concurrency() {
+    const EVENTS: i64 = 400;
+    let db = TestDatabase::new().await;
+    insert_events(db.pool(), EVENTS).await;
+    let sink = RecordingSink::new(Pace::Sleep(Duration::from_millis(1)), 1);
+    let worker = Worker::builder(db.pool().clone(), Arc::clone(&sink))
+        .concurrency(4)
+        .batch_size(100)
+        .prefetch(200)
+        .start()
+        .await
+        .unwrap();
+    all_delivered(db.pool(), EVENTS).await;
+    worker.shutdown().await;
+
+    let peak = sink.peak.load(Ordering::SeqCst);
+    assert!(
+        peak <= 4,
+        "{peak} deliveries ran at once with concurrency 4"
+    );
+    assert!(peak >= 2, "deliveries never overlapped (peak {peak})");
+    let deliveries = sink.deliveries.lock().unwrap();
+    assert_eq!(deliveries.len(), EVENTS as usize);
+}
+
+/// A batch chunk runs only with a slot for each of its events, so a sink that takes more per
+/// call than the worker runs at once still gets every event, in chunks no larger than the
+/// concurrency (a chunk of 50 could never get 8 slots and would wait for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_chunks_never_exceed_the_concurrency() {
+    const EVENTS: i64 = 300;
+    let db = TestDatabase::new().await;
+    insert_events(db.pool(), EVENTS).await;
+    let sink = RecordingSink::new(Pace::Instant, 50);
+    let worker = Worker::builder(db.pool().clone(), Arc::clone(&sink))
+        .concurrency(8)
+        .batch_size(100)
+        .prefetch(100)
+        .start()
+        .await
+        .unwrap();
+    all_delivered(db.pool(), EVENTS).await;
+    worker.shutdown().await;
+
+    let sizes = sink.batch_sizes.lock().unwrap().clone();
+    assert!(
+        sizes.iter().all(|&n| (1..=8).contains(&n)),
+        "chunk sizes {sizes:?}"
+    );
+    let peak = sink.peak.load(Ordering::SeqCst);
+    assert!(
+        peak <= 8,
+        "{peak} events in calls at once with concurrency 8"
+    );
+    assert!(
+        sink.deliveries.lock().unwrap().values().all(|&n| n == 1),
+        "an event was delivered twice"
+    );
+}
+
+/// With a sink much faster than a claim, the worker claims beyond its free slots: claims larger
+/// than the concurrency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_sink_lets_the_worker_claim_ahead() {
+    const EVENTS: i64 = 3_000;
+    let db = TestDatabase::new().await;
+    insert_events(db.pool(), EVENTS).await;
+    let (tx, mut events) = mpsc::unbounded_channel();
+    let sink = RecordingSink::new(Pace::Instant, 1);
+    let worker = Worker::builder(db.pool().clone(), Arc::clone(&sink))
+        .concurrency(4)
+        .batch_size(200)
+        .prefetch(200)
+        .events(tx)
+        .start()
+        .await
+        .unwrap();
+    all_delivered(db.pool(), EVENTS).await;
+    worker.shutdown().await;
+
+    let mut sizes = Vec::new();
+    claim_sizes(&mut events, &mut sizes);
+    let largest = sizes.iter().copied().max().unwrap_or(0);
+    assert!(
+        largest > 4,
+        "no claim went beyond the 4 slots (largest {largest}, claims {sizes:?})"
+    );
+    assert!(
+        sizes.iter().all(|&n| n <= 200),
+        "a claim exceeded the batch size: {sizes:?}"
+    );
+    assert!(
+        sink.deliveries.lock().unwrap().values().all(|&n| n == 1),
+        "an event was delivered twice"
+    );
+}
+
+/// With a sink much slower than a claim, claimed events stay close to the running ones: the
+/// rest of the backlog stays pending, where other workers can take it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_sink_does_not_hoard_claims() {
+    const EVENTS: i64 = 200;
+    const CONCURRENCY: i64 = 4;
+    let db = TestDatabase::new().await;
+    insert_events(db.pool(), EVENTS).await;
+    let (tx, mut events) = mpsc::unbounded_channel();
+    let sink = RecordingSink::new(Pace::Sleep(Duration::from_millis(100)), 1);
+    let worker = Worker::builder(db.pool().clone(), Arc::clone(&sink))
+        .concurrency(CONCURRENCY as usize)
+        .batch_size(200)
+        .prefetch(200)
+        .events(tx)
+        .start()
+        .await
+        .unwrap();
+    // Watch for a second and a half: fifteen rounds of deliveries, each followed by claims.
+    // Held = claimed and not yet returned by the sink (a returned event may still be
+    // `processing` in the table until its completion is written; it no longer counts). The
+    // claims are read before the returns, so a sample never counts more than was held.
+    let started = Instant::now();
+    let mut sizes = Vec::new();
+    let mut most_held = 0;
+    while started.elapsed() < Duration::from_millis(1_500) {
+        claim_sizes(&mut events, &mut sizes);
+        let claimed = sizes.iter().sum::<usize>() as i64;
+        let returned = sink.finished.load(Ordering::SeqCst) as i64;
+        most_held = most_held.max(claimed - returned);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let delivered = count(db.pool(), "delivered").await;
+    worker.shutdown().await;
+
+    assert!(
+        delivered >= CONCURRENCY,
+        "only {delivered} delivered in 1.5 s"
+    );
+    // Two claim round trips at 4 events per 100 ms is well under one event: the window is
+    // at most a couple of events, never the configured 200.
+    assert!(
+        most_held <= CONCURRENCY + 2,
+        "the worker held {most_held} events claimed behind a 100 ms sink with concurrency {CONCURRENCY}"
+    );
+}
+
+/// Claimed events waiting for a slot at shutdown go back to pending without an attempt
+/// charged, as do the running deliveries the deadline interrupts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_hands_back_waiting_events_uncharged() {
+    const EVENTS: i64 = 2_000;
+    const CONCURRENCY: usize = 4;
+    const FAST: usize = 200;
+    let db = TestDatabase::new().await;
+    insert_events(db.pool(), EVENTS).await;
+    let (tx, mut events) = mpsc::unbounded_channel();
+    let sink = RecordingSink::new(Pace::FastThenHold { fast: FAST }, 1);
+    let worker = Worker::builder(db.pool().clone(), Arc::clone(&sink))
+        .concurrency(CONCURRENCY)
+        .batch_size(100)
+        .prefetch(100)
+        .shutdown_deadline(Duration::from_millis(200))
+        .events(tx)
+        .start()
+        .await
+        .unwrap();
+    // Wait until the slots are all held by the blocking calls and the claimer claimed ahead of
+    // them.
+    let started = Instant::now();
+    loop {
+        let running = sink.running.load(Ordering::SeqCst);
+        let processing = count(db.pool(), "processing").await;
+        if running == CONCURRENCY && processing > CONCURRENCY as i64 {
+            break;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "never had events waiting for a slot ({running} running, {processing} claimed)"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let processing = count(db.pool(), "processing").await;
+    worker.shutdown().await;
+
+    let mut released = 0;
+    while let Ok(event) = events.try_recv() {
+        if matches!(event, WorkerEvent::Released(_)) {
+            released += 1;
+        }
+    }
+    assert!(
+        released > CONCURRENCY,
+        "{released} events handed back; {processing} were held claimed"
+    );
+    assert_eq!(count(db.pool(), "processing").await, 0);
+    let charged: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox WHERE status = 'pending' AND (attempts <> 0 OR handler_failures <> 0)",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(charged, 0, "a handed-back event kept a charged attempt");
+    let delivered = count(db.pool(), "delivered").await;
+    let pending = count(db.pool(), "pending").await;
+    assert_eq!(
+        delivered + pending,
+        EVENTS,
+        "an event was lost or exhausted"
+    );
+}
+
+/// Events waiting for a slot longer than the lease keep their claim: the renewer renews them
+/// like running ones, so no other worker (here: maintenance recovering expired leases) takes
+/// them and each is delivered once, on its first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_events_keep_their_claim_past_the_lease() {
+    const EVENTS: i64 = 60;
+    let db = TestDatabase::new().await;
+    insert_events(db.pool(), EVENTS).await;
+    let (tx, mut events) = mpsc::unbounded_channel();
+    let sink = RecordingSink::new(
+        Pace::FastThenSleep {
+            fast: 20,
+            sleep: Duration::from_millis(120),
+        },
+        1,
+    );
+    let worker = Worker::builder(db.pool().clone(), Arc::clone(&sink))
+        .concurrency(1)
+        .batch_size(50)
+        .prefetch(30)
+        .lease(Duration::from_secs(1))
+        .renew_interval(Duration::from_millis(250))
+        .maintenance_interval(Duration::from_millis(100))
+        .events(tx)
+        .start()
+        .await
+        .unwrap();
+    // Once the slow calls start, the events claimed ahead during the fast ones wait behind
+    // them, one slow call each. Held = claimed minus returned (claims read first, so a sample
+    // never counts more than were held); one of them is running.
+    let started = Instant::now();
+    let mut sizes = Vec::new();
+    let mut waiting = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        claim_sizes(&mut events, &mut sizes);
+        let held = sizes.iter().sum::<usize>() as i64 - sink.finished.load(Ordering::SeqCst) as i64;
+        if sink.calls.load(Ordering::SeqCst) > 20 {
+            waiting = waiting.max(held - 1);
+            if waiting >= 12 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    all_delivered(db.pool(), EVENTS).await;
+    let counters = worker.counters();
+    worker.shutdown().await;
+
+    let rows: Vec<(i64, i32, i32)> = sqlx::query_as(
+        "SELECT (payload->>'n')::bigint, attempts, lease_expiries FROM outbox ORDER BY 1",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    for (n, attempts, expiries) in &rows {
+        assert_eq!(
+            (*attempts, *expiries),
+            (1, 0),
+            "event {n}: attempts {attempts}, lease expiries {expiries}"
+        );
+    }
+    assert_eq!(counters.stale_completions, 0);
+    assert!(counters.lease_renewals > 0, "nothing was renewed");
+    let deliveries = sink.deliveries.lock().unwrap();
+    assert!(deliveries.values().all(|&n| n == 1), "{deliveries:?}");
+    assert_eq!(deliveries.len(), EVENTS as usize);
+    // Meaningful only if some event waited past the lease: the twelfth waiting event waited
+    // for eleven calls of 120 ms (and its own start), more than the 1 s lease.
+    assert!(
+        waiting >= 12,
+        "only {waiting} events were claimed ahead; none waited past the lease"
+    );
+}
