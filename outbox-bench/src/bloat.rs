@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_runtime::Event;
+use outbox_runtime::producer::Producer;
 use outbox_runtime::store::EnqueueOptions;
 use outbox_runtime::worker::Worker;
 use serde::Serialize;
@@ -25,8 +25,96 @@ const SAMPLE: &str = "SELECT coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0
       (SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND exhausted_at IS NULL) \
     FROM (SELECT 1) AS one LEFT JOIN pg_stat_user_tables AS s ON s.relname = 'outbox'";
 
-/// Enqueuing connections.
-const ENQUEUERS: u64 = 2;
+/// The server's `autovacuum` during one sustained run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Autovacuum {
+    /// As the server is configured (not changed).
+    Server,
+    /// Off for the run (`ALTER SYSTEM`, reload), set back after.
+    Off,
+    /// On for the run, set back after.
+    On,
+    /// One run with it off, then one with it on.
+    Both,
+}
+
+impl Autovacuum {
+    /// The runs this choice asks for: `None` leaves the server as it is.
+    pub fn series(self) -> Vec<Option<bool>> {
+        match self {
+            Autovacuum::Server => vec![None],
+            Autovacuum::Off => vec![Some(false)],
+            Autovacuum::On => vec![Some(true)],
+            Autovacuum::Both => vec![Some(false), Some(true)],
+        }
+    }
+}
+
+/// What `ALTER SYSTEM` changed, to be undone after the run.
+pub struct AutovacuumChange {
+    /// The statement that restores the server's own setting.
+    restore: &'static str,
+}
+
+/// The statement that sets autovacuum `on` or off through `ALTER SYSTEM`.
+fn alter_system(on: bool) -> &'static str {
+    if on {
+        "ALTER SYSTEM SET autovacuum = on"
+    } else {
+        "ALTER SYSTEM SET autovacuum = off"
+    }
+}
+
+/// Switch the server's autovacuum for one run (a superuser's `ALTER SYSTEM` and a reload) and
+/// wait until this server reports the new value.
+pub async fn switch_autovacuum(pool: &PgPool, on: bool) -> BenchResult<AutovacuumChange> {
+    let (setting, from_alter_system): (String, Option<bool>) = sqlx::query_as(
+        "SELECT setting, sourcefile LIKE '%postgresql.auto.conf' FROM pg_settings WHERE name = 'autovacuum'",
+    )
+    .fetch_one(pool)
+    .await?;
+    // Set by an earlier ALTER SYSTEM: put that value back; else drop ours, and the
+    // configuration file's value applies again.
+    let restore = if from_alter_system == Some(true) {
+        alter_system(setting == "on")
+    } else {
+        "ALTER SYSTEM RESET autovacuum"
+    };
+    let wanted = if on { "on" } else { "off" };
+    sqlx::query(alter_system(on)).execute(pool).await?;
+    reload_until(pool, wanted).await?;
+    Ok(AutovacuumChange { restore })
+}
+
+impl AutovacuumChange {
+    /// Put the server's own setting back.
+    pub async fn undo(self, pool: &PgPool) -> BenchResult<()> {
+        sqlx::query(self.restore).execute(pool).await?;
+        sqlx::query("SELECT pg_reload_conf()").execute(pool).await?;
+        Ok(())
+    }
+}
+
+/// Reload the configuration and wait (at most 10 s) until the server reports `autovacuum` at
+/// `wanted`.
+async fn reload_until(pool: &PgPool, wanted: &str) -> BenchResult<()> {
+    sqlx::query("SELECT pg_reload_conf()").execute(pool).await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        // A session applies the reload when it next reads a command, once the signal reached it.
+        let now: String = sqlx::query_scalar("SHOW autovacuum")
+            .fetch_one(pool)
+            .await?;
+        if now == wanted {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("autovacuum is still {now} 10 s after the reload").into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
 
 /// One sample of the sustained run.
 #[derive(Debug, Clone, Serialize)]
@@ -50,6 +138,10 @@ pub struct BloatSample {
 /// Everything the sustained run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct BloatRun {
+    /// `autovacuum` during the run: `on`, `off`, or `server` (not changed).
+    pub autovacuum: String,
+    /// Retention of delivered events, in seconds.
+    pub retention_secs: u64,
     /// Seconds the enqueuers ran.
     pub secs: u64,
     /// Events per second asked for.
@@ -60,15 +152,37 @@ pub struct BloatRun {
     pub samples: Vec<BloatSample>,
 }
 
-/// Run for `secs` at `rate` events/s, sampling every `every` seconds.
+/// How one sustained run is driven.
+#[derive(Debug, Clone, Copy)]
+pub struct BloatPlan {
+    /// Seconds to run and the sampling interval.
+    pub secs: u64,
+    /// Seconds between samples.
+    pub every: u64,
+    /// Events per second asked for.
+    pub rate: u64,
+    /// Connections enqueuing, one event per transaction each.
+    pub enqueuers: u64,
+    /// Retention of delivered events.
+    pub retention: Duration,
+}
+
+/// Run for `plan.secs` at `plan.rate` events/s, sampling every `plan.every` seconds; the
+/// enqueuers use a [`Producer`] (the workers are woken after each commit).
 pub async fn run(
     db: &BenchDb,
     setting: DrainSetting,
-    (secs, every): (u64, u64),
-    rate: u64,
-    retention: Duration,
+    plan: BloatPlan,
+    autovacuum: &str,
     shape: &PayloadShape,
 ) -> BenchResult<BloatRun> {
+    let BloatPlan {
+        secs,
+        every,
+        rate,
+        enqueuers: connections,
+        retention,
+    } = plan;
     db.truncate_outboxes().await?;
     db.settle().await?;
     let sink = Arc::new(CountingSink::counting());
@@ -78,6 +192,7 @@ pub async fn run(
             Worker::builder(db.pool().clone(), Arc::clone(&sink))
                 .concurrency(setting.concurrency)
                 .batch_size(setting.batch_size)
+                .prefetch(setting.prefetch)
                 .completion_batch(setting.completion_batch, Duration::from_millis(5))
                 .retention(Some(retention))
                 .maintenance_interval(Duration::from_secs(1))
@@ -87,11 +202,20 @@ pub async fn run(
     }
     let started = Instant::now();
     let until = started + Duration::from_secs(secs);
-    let enqueuers = db.extra_pool(ENQUEUERS as u32).await?;
+    let enqueuers = db
+        .extra_pool(u32::try_from(connections).unwrap_or(u32::MAX))
+        .await?;
+    let producer = Producer::new(enqueuers.clone());
     let mut joins = Vec::new();
-    for k in 0..ENQUEUERS {
-        let (pool, shape) = (enqueuers.clone(), shape.clone());
-        joins.push(tokio::spawn(enqueue_steadily(pool, k, rate, until, shape)));
+    for k in 0..connections {
+        let (producer, shape) = (producer.clone(), shape.clone());
+        let pace = Pace {
+            k,
+            of: connections,
+            rate,
+            until,
+        };
+        joins.push(tokio::spawn(enqueue_steadily(producer, pace, shape)));
     }
     let mut samples = vec![sample(db.pool(), 0, sink.delivered()).await?];
     let mut next = started;
@@ -111,6 +235,8 @@ pub async fn run(
     enqueuers.close().await;
     stop(handles).await;
     Ok(BloatRun {
+        autovacuum: autovacuum.to_owned(),
+        retention_secs: retention.as_secs(),
         secs,
         rate,
         enqueued,
@@ -118,31 +244,32 @@ pub async fn run(
     })
 }
 
-/// Enqueuer `k` of [`ENQUEUERS`]: one event per transaction at `rate / ENQUEUERS` per second
-/// until `until`; returns how many it wrote. Falls behind (never bursts) when the server is slow.
-async fn enqueue_steadily(
-    pool: PgPool,
+/// Enqueuer `k` of `of`, at `rate / of` events per second until `until`.
+struct Pace {
     k: u64,
+    of: u64,
     rate: u64,
     until: Instant,
-    shape: PayloadShape,
-) -> BenchResult<i64> {
-    let period = Duration::from_secs_f64(ENQUEUERS as f64 / rate.max(1) as f64);
+}
+
+/// One event per transaction at the enqueuer's pace; returns how many it wrote. Falls behind
+/// (never bursts) when the server is slow.
+async fn enqueue_steadily(producer: Producer, pace: Pace, shape: PayloadShape) -> BenchResult<i64> {
+    let of = pace.of.max(1);
+    let period = Duration::from_secs_f64(of as f64 / pace.rate.max(1) as f64);
     let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let options = EnqueueOptions::default();
     let mut written = 0i64;
-    let mut id = k as i64 + 1;
-    while Instant::now() < until {
+    let mut id = pace.k as i64 + 1;
+    while Instant::now() < pace.until {
         ticks.tick().await;
-        let mut tx = pool.begin().await?;
-        shape
-            .event(id)
-            .enqueue_with(&mut tx, &format!("sustained-{id}"), &options)
+        let mut tx = producer.begin().await?;
+        tx.enqueue_with(&shape.event(id), &format!("sustained-{id}"), &options)
             .await?;
         tx.commit().await?;
         written += 1;
-        id += ENQUEUERS as i64;
+        id += of as i64;
     }
     Ok(written)
 }

@@ -109,9 +109,17 @@ pub struct Args {
     /// Events per second enqueued during the sustained run.
     #[arg(long, default_value_t = 1000)]
     pub bloat_rate: u64,
-    /// Retention of delivered events during the sustained run, in seconds (purged after).
+    /// Retention of delivered events during the sustained run, in seconds (purged after);
+    /// 604800 is the builder's default of 7 days.
     #[arg(long, default_value_t = 30)]
     pub bloat_retention_secs: u64,
+    /// Connections enqueuing during the sustained run (one event per transaction each).
+    #[arg(long, default_value_t = 4)]
+    pub bloat_enqueuers: u64,
+    /// The server's autovacuum during the sustained run: as configured, off, on, or one run
+    /// each (switched with ALTER SYSTEM and a reload, set back after; needs a superuser).
+    #[arg(long, value_enum, default_value = "server")]
+    pub bloat_autovacuum: crate::bloat::Autovacuum,
     /// Events of the one aggregate of the ordered workload's chain.
     #[arg(long, default_value_t = 1000)]
     pub ordered_chain: i64,

@@ -152,37 +152,63 @@ async fn run(args: &Args) -> BenchResult<()> {
             rows.extend(measure_broker(broker, args, &db, &shape, tuned, runs).await?);
         }
     }
-    let mut bloat_run = None;
+    let mut bloat_runs = Vec::new();
     if args.wants(Workload::Bloat) {
-        let plan = args.bloat_plan();
-        progress(
-            "bloat",
-            &format!(
-                "{} s at {} events/s, sample every {} s",
-                plan.0, args.bloat_rate, plan.1
-            ),
-        );
-        let retention = Duration::from_secs(args.bloat_retention_secs.max(1));
-        let run = bloat::run(&db, tuned, plan, args.bloat_rate, retention, &shape).await?;
-        for s in &run.samples {
-            rows.push(Row {
-                workload: "bloat",
-                setting: format!("t={}s", s.at_secs),
-                value: s.dead_tuples as f64,
-                unit: "dead tuples",
-                vs_ceiling: None,
-                vs_baseline: None,
-                notes: format!(
-                    "size {:.1} MiB, live {}, backlog {}, delivered {}, autovacuums {}",
-                    s.total_bytes as f64 / 1_048_576.0,
-                    s.live_tuples,
-                    s.backlog,
-                    s.delivered,
-                    s.autovacuums
+        let (secs, every) = args.bloat_plan();
+        let plan = bloat::BloatPlan {
+            secs,
+            every,
+            rate: args.bloat_rate,
+            enqueuers: args.bloat_enqueuers.max(1),
+            retention: Duration::from_secs(args.bloat_retention_secs.max(1)),
+        };
+        for autovacuum in args.bloat_autovacuum.series() {
+            let label = match autovacuum {
+                None => "server",
+                Some(true) => "on",
+                Some(false) => "off",
+            };
+            progress(
+                "bloat",
+                &format!(
+                    "{secs} s at {} events/s from {} connections, retention {} s, autovacuum {label}, sample every {every} s",
+                    plan.rate,
+                    plan.enqueuers,
+                    plan.retention.as_secs()
                 ),
-            });
+            );
+            let change = match autovacuum {
+                Some(on) => Some(bloat::switch_autovacuum(db.pool(), on).await?),
+                None => None,
+            };
+            let run = bloat::run(&db, DrainSetting::defaults(), plan, label, &shape).await;
+            if let Some(change) = change {
+                change.undo(db.pool()).await?;
+            }
+            let run = run?;
+            for s in &run.samples {
+                rows.push(Row {
+                    workload: "bloat",
+                    setting: format!(
+                        "autovacuum {label}, retention {} s, t={}s",
+                        run.retention_secs, s.at_secs
+                    ),
+                    value: s.dead_tuples as f64,
+                    unit: "dead tuples",
+                    vs_ceiling: None,
+                    vs_baseline: None,
+                    notes: format!(
+                        "size {:.1} MiB, live {}, backlog {}, delivered {}, autovacuums {}",
+                        s.total_bytes as f64 / 1_048_576.0,
+                        s.live_tuples,
+                        s.backlog,
+                        s.delivered,
+                        s.autovacuums
+                    ),
+                });
+            }
+            bloat_runs.push(run);
         }
-        bloat_run = Some(run);
     }
 
     if args.json {
@@ -193,7 +219,7 @@ async fn run(args: &Args) -> BenchResult<()> {
             args,
             rows: &rows,
             latency: latency_stats.as_ref(),
-            bloat: bloat_run.as_ref(),
+            bloat: &bloat_runs,
         };
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

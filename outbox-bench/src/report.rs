@@ -43,8 +43,8 @@ pub struct Report<'a> {
     pub rows: &'a [Row],
     /// The latency run, if any.
     pub latency: Option<&'a LatencyStats>,
-    /// The sustained run, if any.
-    pub bloat: Option<&'a BloatRun>,
+    /// The sustained runs, if any (one per autovacuum setting).
+    pub bloat: &'a [BloatRun],
 }
 
 /// Median of `values` (not empty) and half the min-max spread relative to it.
