@@ -51,10 +51,21 @@ impl Autovacuum {
     }
 }
 
+/// How a run of [`Autovacuum::series`] is labelled: `on`, `off`, or `server` (not changed).
+pub fn label(autovacuum: Option<bool>) -> &'static str {
+    match autovacuum {
+        None => "server",
+        Some(true) => "on",
+        Some(false) => "off",
+    }
+}
+
 /// What `ALTER SYSTEM` changed, to be undone after the run.
 pub struct AutovacuumChange {
     /// The statement that restores the server's own setting.
     restore: &'static str,
+    /// The value the server had before, reported again once the restore is applied.
+    original: String,
 }
 
 /// The statement that sets autovacuum `on` or off through `ALTER SYSTEM`.
@@ -81,18 +92,21 @@ pub async fn switch_autovacuum(pool: &PgPool, on: bool) -> BenchResult<Autovacuu
     } else {
         "ALTER SYSTEM RESET autovacuum"
     };
-    let wanted = if on { "on" } else { "off" };
     sqlx::query(alter_system(on)).execute(pool).await?;
-    reload_until(pool, wanted).await?;
-    Ok(AutovacuumChange { restore })
+    reload_until(pool, label(Some(on))).await?;
+    Ok(AutovacuumChange {
+        restore,
+        original: setting,
+    })
 }
 
 impl AutovacuumChange {
-    /// Put the server's own setting back.
+    /// Put the server's own setting back, and wait until it applies: the next
+    /// [`switch_autovacuum`] reads where the setting comes from, and must not mistake ours for
+    /// the server's.
     pub async fn undo(self, pool: &PgPool) -> BenchResult<()> {
         sqlx::query(self.restore).execute(pool).await?;
-        sqlx::query("SELECT pg_reload_conf()").execute(pool).await?;
-        Ok(())
+        reload_until(pool, &self.original).await
     }
 }
 
@@ -155,7 +169,7 @@ pub struct BloatRun {
 /// How one sustained run is driven.
 #[derive(Debug, Clone, Copy)]
 pub struct BloatPlan {
-    /// Seconds to run and the sampling interval.
+    /// Seconds to run.
     pub secs: u64,
     /// Seconds between samples.
     pub every: u64,

@@ -163,11 +163,7 @@ async fn run(args: &Args) -> BenchResult<()> {
             retention: Duration::from_secs(args.bloat_retention_secs.max(1)),
         };
         for autovacuum in args.bloat_autovacuum.series() {
-            let label = match autovacuum {
-                None => "server",
-                Some(true) => "on",
-                Some(false) => "off",
-            };
+            let label = bloat::label(autovacuum);
             progress(
                 "bloat",
                 &format!(
