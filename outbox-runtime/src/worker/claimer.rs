@@ -1,6 +1,6 @@
 //! Claims events for the delivery slots: one `claim_batch` per wake-up, never more events than
 //! the room left (the running deliveries plus the prefetch window, see [`super::pace`]), each
-//! started as a task that waits for a delivery slot in claim order.
+//! started as a task that waits for a free delivery slot.
 //!
 //! Two semaphores split the work. `holds` (`concurrency + prefetch` permits) bounds what this
 //! worker holds claimed: the claimer takes one per event and the event gives it back when its

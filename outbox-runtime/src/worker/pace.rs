@@ -4,7 +4,7 @@
 //! claim's round trip idle until the next claim returns; with a fast sink that is most of the
 //! time (a 1 ms claim against 20 µs deliveries). So the claimer may hold up to
 //! [`crate::worker::WorkerConfig::prefetch`] claimed events beyond the running ones, which wait
-//! for a slot in claim order. Holding more than needed has a price: a claimed event waits,
+//! for a free slot. Holding more than needed has a price: a claimed event waits,
 //! keeps its lease renewed, and is invisible to every other worker. So the window is sized from
 //! what this worker measured: enough events to keep every slot busy for two claim round trips,
 //!
