@@ -73,36 +73,61 @@ const ONE_HOUR_US: i64 = 3_600_000_000;
 fn fenced(
     statement: &'static str,
     batched: bool,
-    params: fn(ids: &'static [&'static str], version: i64) -> Vec<Param>,
+    params: fn(ids: &'static [&'static str], versions: &'static [i64]) -> Vec<Param>,
     effect: fn(&'static str) -> Change,
 ) -> Vec<Witness> {
     let p = |pred: &'static str| if batched { pred_batched(pred) } else { pred };
-    vec![
-        // Another row's id (none): only the id decides.
-        witness(statement, p("id = $1"))
-            .row("a", LIVE)
-            .params(params(&["nothing"], 1))
-            .without([effect("a")]),
+    let mut all = vec![
         // An earlier claim of the row: only the version decides.
         witness(statement, p("claim_version = $2"))
             .row("a", LIVE)
-            .params(params(&["a"], 0))
+            .params(params(&["a"], &[0]))
             .without([effect("a")]),
         witness(statement, p("status = 'processing'"))
             .row("a", PENDING_WITH_LEASE)
-            .params(params(&["a"], 1))
+            .params(params(&["a"], &[1]))
             .without([effect("a")]),
         witness(statement, p("lease_until > now()"))
             .row("a", EXPIRED)
-            .params(params(&["a"], 1))
+            .params(params(&["a"], &[1]))
             .without([effect("a")]),
-    ]
+    ];
+    if batched {
+        all.extend([
+            // The pairing: both rows are in the batch (so `o.id = ANY($1)` holds for each), but
+            // only `b`'s pair carries its claim. Without the join on id, `a` would be taken by
+            // `b`'s claim version.
+            witness(statement, "o.id = c.id")
+                .row("a", LIVE)
+                .row("b", LIVE)
+                .params(params(&["a", "b"], &[0, 1]))
+                .real([effect("b")])
+                .without([effect("a"), effect("b")]),
+            witness(statement, "o.id = ANY($1::bigint[])")
+                .row("a", LIVE)
+                .params(params(&["a"], &[1]))
+                .real([effect("a")])
+                .without([effect("a")])
+                .implied(
+                    "`o.id = c.id` already keeps the ids to the batch's; this spelling lets the \
+                     planner probe the primary key once per id whatever the statistics say",
+                ),
+        ]);
+    } else {
+        // Another row's id (none): only the id decides.
+        all.push(
+            witness(statement, "id = $1")
+                .row("a", LIVE)
+                .params(params(&["nothing"], &[1]))
+                .without([effect("a")]),
+        );
+    }
+    all
 }
 
 /// The batched statements spell the same fences against `unnest(...) AS c`.
 fn pred_batched(single: &'static str) -> &'static str {
     match single {
-        "id = $1" => "o.id = c.id",
         "claim_version = $2" => "o.claim_version = c.claim_version",
         "status = 'processing'" => "o.status = 'processing'",
         "lease_until > now()" => "o.lease_until > now()",
@@ -120,18 +145,7 @@ fn one_id(ids: &'static [&'static str]) -> Param {
 }
 
 fn many_ids(ids: &'static [&'static str]) -> Param {
-    if ids == ["nothing"] {
-        Ints(&[-1])
-    } else {
-        Ids(ids)
-    }
-}
-
-fn versions(version: i64) -> Param {
-    match version {
-        0 => Ints(&[0]),
-        _ => Ints(&[1]),
-    }
+    Ids(ids)
 }
 
 fn witnesses() -> Vec<Witness> {
@@ -139,31 +153,31 @@ fn witnesses() -> Vec<Witness> {
     all.extend(fenced(
         "complete",
         false,
-        |ids, v| vec![one_id(ids), Int(v)],
+        |ids, v| vec![one_id(ids), Int(v[0])],
         Updated,
     ));
     all.extend(fenced(
         "complete_many",
         true,
-        |ids, v| vec![many_ids(ids), versions(v)],
+        |ids, v| vec![many_ids(ids), Ints(v)],
         Updated,
     ));
     all.extend(fenced(
         "complete_many_delete",
         true,
-        |ids, v| vec![many_ids(ids), versions(v)],
+        |ids, v| vec![many_ids(ids), Ints(v)],
         Deleted,
     ));
     all.extend(fenced(
         "renew",
         false,
-        |ids, v| vec![one_id(ids), Int(v), Int(ONE_MINUTE_US)],
+        |ids, v| vec![one_id(ids), Int(v[0]), Int(ONE_MINUTE_US)],
         Updated,
     ));
     all.extend(fenced(
         "renew_many",
         true,
-        |ids, v| vec![many_ids(ids), versions(v), Int(ONE_MINUTE_US)],
+        |ids, v| vec![many_ids(ids), Ints(v), Int(ONE_MINUTE_US)],
         Updated,
     ));
     all.extend(fenced(
@@ -172,7 +186,7 @@ fn witnesses() -> Vec<Witness> {
         |ids, v| {
             vec![
                 one_id(ids),
-                Int(v),
+                Int(v[0]),
                 Text("receiver said no"),
                 Int(ONE_MINUTE_US),
                 Bool(false),
@@ -183,13 +197,13 @@ fn witnesses() -> Vec<Witness> {
     all.extend(fenced(
         "release",
         false,
-        |ids, v| vec![one_id(ids), Int(v)],
+        |ids, v| vec![one_id(ids), Int(v[0])],
         Updated,
     ));
     all.extend(fenced(
         "exhaust_undecodable",
         false,
-        |ids, v| vec![one_id(ids), Int(v), Text("payload nested too deep")],
+        |ids, v| vec![one_id(ids), Int(v[0]), Text("payload nested too deep")],
         Updated,
     ));
 
