@@ -474,3 +474,98 @@ async fn waiting_events_keep_their_claim_past_the_lease() {
         "only {waiting} events were claimed ahead; none waited past the lease"
     );
 }
+
+/// Completions that cannot be written stop the claimer: delivered events keep their delivery
+/// slot until the completer has room, so what the worker holds claimed and unwritten stays
+/// within `concurrency + prefetch + 2 x completion_batch` (one batch being written, one
+/// queued). Before, the completions queue was unbounded and the slot was freed when the sink
+/// returned: with the writer stuck, a fast sink claimed and delivered the whole backlog, every
+/// event then waiting for a completion while its lease ran down.
+///
+/// The writer is stuck for real: a trigger makes the completion statement wait, mid-statement,
+/// on an advisory lock this test holds.
+async fn a_stuck_completion_writer_stops_the_claimer(max_batch: usize) {
+    const EVENTS: i64 = 2_000;
+    const CONCURRENCY: usize = 4;
+    const PREFETCH: usize = 50;
+    const COMPLETION_BATCH: usize = 8;
+    const BOUND: i64 = (CONCURRENCY + PREFETCH + 2 * COMPLETION_BATCH) as i64;
+    let db = TestDatabase::new().await;
+    insert_events(db.pool(), EVENTS).await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION wait_for_the_test() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NEW; END $$;
+         CREATE TRIGGER completions_wait BEFORE UPDATE ON outbox FOR EACH ROW
+         WHEN (NEW.status = 'delivered') EXECUTE FUNCTION wait_for_the_test();",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let mut blocker = db.connect().await;
+    sqlx::query("SELECT pg_advisory_lock(4242)")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+
+    let sink = RecordingSink::new(Pace::Instant, max_batch);
+    let worker = Worker::builder(db.pool().clone(), Arc::clone(&sink))
+        .concurrency(CONCURRENCY)
+        .batch_size(50)
+        .prefetch(PREFETCH)
+        .completion_batch(COMPLETION_BATCH, Duration::from_millis(5))
+        .start()
+        .await
+        .unwrap();
+
+    // The sink delivers until the queue of completions is full...
+    let started = Instant::now();
+    while sink.finished.load(Ordering::SeqCst) < CONCURRENCY + COMPLETION_BATCH {
+        assert!(
+            started.elapsed() < WAIT,
+            "the sink delivered only {} events in {WAIT:?}",
+            sink.finished.load(Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // ...and from then on the worker claims no more than it can complete. Watched for a second
+    // and a half: a worker that keeps claiming takes the 2,000 events in well under that.
+    let watch = Instant::now();
+    let mut most = 0;
+    while watch.elapsed() < Duration::from_millis(1_500) {
+        most = most.max(count(db.pool(), "processing").await);
+        if most > BOUND {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        most <= BOUND,
+        "with its completions stuck the worker held {most} events claimed (bound {BOUND}); \
+         the sink had delivered {}",
+        sink.finished.load(Ordering::SeqCst)
+    );
+
+    // Unstuck, everything is delivered, each event once.
+    sqlx::query("SELECT pg_advisory_unlock(4242)")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    all_delivered(db.pool(), EVENTS).await;
+    worker.shutdown().await;
+    let deliveries = sink.deliveries.lock().unwrap();
+    assert_eq!(deliveries.len(), EVENTS as usize);
+    assert!(
+        deliveries.values().all(|&n| n == 1),
+        "an event was delivered twice"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_completion_writer_stops_the_claimer_one_event_a_call() {
+    a_stuck_completion_writer_stops_the_claimer(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_completion_writer_stops_the_claimer_in_batches() {
+    a_stuck_completion_writer_stops_the_claimer(4).await;
+}

@@ -4,7 +4,8 @@
 //!
 //! Two semaphores split the work. `holds` (`concurrency + prefetch` permits) bounds what this
 //! worker holds claimed: the claimer takes one per event and the event gives it back when its
-//! sink call returns. `slots` (`concurrency` permits, in the executor) bounds what runs. The
+//! sink call returns (a delivered one once its completion is queued, so a completer that lags
+//! stops the claimer, see `Executor::completions`). `slots` (`concurrency` permits, in the executor) bounds what runs. The
 //! claimer keeps `prefetch - window` holds to itself while it waits, so it claims ahead only as
 //! far as the measured pace asks for.
 

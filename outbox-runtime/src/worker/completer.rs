@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::mpsc::Receiver;
 use tokio::time::Instant;
 
 use super::Shared;
@@ -45,7 +45,7 @@ impl Completion {
 
 pub(crate) struct Completer {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) completions: UnboundedReceiver<Completion>,
+    pub(crate) completions: Receiver<Completion>,
 }
 
 impl Completer {

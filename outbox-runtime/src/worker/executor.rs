@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::Sender;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -99,7 +99,11 @@ pub(crate) fn retry_plan(
 #[derive(Clone)]
 pub(crate) struct Executor {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) completions: UnboundedSender<Completion>,
+    /// Completions waiting to be written. Bounded, so that when writing them lags (a slow or
+    /// blocked database) delivery tasks wait here with their slot and hold, and the claimer stops
+    /// claiming: the events claimed but not yet written stay bounded, instead of growing toward the
+    /// whole backlog while their leases run down.
+    pub(crate) completions: Sender<Completion>,
     /// One permit per delivery slot (`concurrency` in all). Claimed events wait here, in claim
     /// order, when the claimer claimed ahead (see `pace`).
     pub(crate) slots: Arc<Semaphore>,
@@ -118,7 +122,8 @@ impl Executor {
     }
 
     /// Deliver `event`, claimed at `claimed_at`, once a delivery slot is free; `hold` is the
-    /// claimer's permit for it. Both are freed as soon as the sink returns.
+    /// claimer's permit for it. Both are freed once the outcome is handed on: after the sink
+    /// returns, and for a delivered event once the completer has room for its completion.
     pub(crate) async fn run(
         self,
         event: ClaimedEvent,
@@ -165,16 +170,24 @@ impl Executor {
                 outcome = call_sink(sink.as_ref(), &event, &delivery) => Outcome::from(outcome),
                 () = shared.abort.cancelled() => Outcome::Abandoned,
             };
-            drop((slot, hold));
+            let permits = (slot, hold);
             if !matches!(outcome, Outcome::Abandoned) {
                 let took = started.elapsed();
                 shared.counters.handler_took(&event.event_type, took);
                 shared.pace.delivered(took);
             }
             match outcome {
-                Outcome::Delivered => self.delivered(&event, claimed_at),
-                Outcome::Failed(error) => self.failed(&event, &error).await,
+                Outcome::Delivered => {
+                    // The slot and hold go once the completion is queued (see `delivered`).
+                    self.delivered(&event, claimed_at).await;
+                    drop(permits);
+                }
+                Outcome::Failed(error) => {
+                    drop(permits);
+                    self.failed(&event, &error).await;
+                }
                 Outcome::Panicked(message) => {
+                    drop(permits);
                     shared.counters.panicked();
                     shared.hook.emit(|| WorkerEvent::Panicked(claim));
                     tracing::error!(panic = %message, "handler panicked; failing the event permanently");
@@ -182,6 +195,7 @@ impl Executor {
                     self.fail(&event, &error).await;
                 }
                 Outcome::Abandoned => {
+                    drop(permits);
                     tracing::warn!("shutdown grace ended while the handler was running; handing the event back without charging the attempt");
                     self.release(claim).await;
                 }
@@ -250,7 +264,8 @@ impl Executor {
                 result = call => result.map_err(|panic| panic_message(panic.as_ref())).map(Some),
                 () = shared.abort.cancelled() => Ok(None),
             };
-            drop((slots, holds));
+            // Kept until every result is handed on (see `delivered`).
+            let permits = (slots, holds);
             if !matches!(outcome, Ok(None)) {
                 let took = started.elapsed();
                 for (event, _) in &batch {
@@ -260,9 +275,11 @@ impl Executor {
             }
             match outcome {
                 Ok(Some(results)) => {
-                    self.apply_batch_results(&batch, results, claimed_at).await
+                    self.apply_batch_results(&batch, results, claimed_at).await;
+                    drop(permits);
                 }
                 Err(message) => {
+                    drop(permits);
                     // A panic cannot be pinned on one item, so no item is failed permanently for
                     // it: every item is retried with backoff, and the attempts charged at claim
                     // time bound how often a poison item can take its batch down.
@@ -275,6 +292,7 @@ impl Executor {
                     }
                 }
                 Ok(None) => {
+                    drop(permits);
                     tracing::warn!("shutdown grace ended while a batch was being delivered; handing the events back without charging their attempts");
                     for (event, _) in &batch {
                         self.release(event.claim()).await;
@@ -305,7 +323,7 @@ impl Executor {
         let mut results = results.into_iter();
         for (event, _) in batch {
             match results.next() {
-                Some(Ok(())) => self.delivered(event, claimed_at),
+                Some(Ok(())) => self.delivered(event, claimed_at).await,
                 Some(Err(error)) => self.failed(event, &error).await,
                 None => {
                     let error = HandlerError::retry(format!(
@@ -318,13 +336,16 @@ impl Executor {
         }
     }
 
-    /// Queue the completion of a delivered event, claimed at `claimed_at`.
-    fn delivered(&self, event: &ClaimedEvent, claimed_at: Instant) {
+    /// Queue the completion of a delivered event, claimed at `claimed_at`; waits while the
+    /// completer is a full batch behind (the caller still holds the event's slot and hold, which
+    /// is what stops the claimer).
+    async fn delivered(&self, event: &ClaimedEvent, claimed_at: Instant) {
         let claim = event.claim();
         tracing::debug!(row = claim.id, "delivered; completion queued");
         if self
             .completions
             .send(Completion::of(event, claimed_at))
+            .await
             .is_err()
         {
             // The completer is gone (only during a forced stop): leave the event to lease

@@ -96,7 +96,9 @@ impl Drop for WorkerHandle {
 /// Start every part of the worker and the supervisor that stops them in order.
 pub(crate) fn spawn(shared: Arc<Shared>) -> WorkerHandle {
     let (stopped_tx, stopped_rx) = watch::channel(false);
-    let (completions_tx, completions_rx) = mpsc::unbounded_channel();
+    // Room for one batch queued while another is written: past that, delivery tasks wait
+    // (see `Executor::completions`).
+    let (completions_tx, completions_rx) = mpsc::channel(shared.config.completion_batch.max(1));
     let background = CancellationToken::new();
     let tasks = TaskTracker::new();
 
