@@ -21,7 +21,7 @@ use crate::sink::CountingSink;
 
 /// Table statistics of the outbox (the cumulative statistics system lags by up to a second).
 const SAMPLE: &str = "SELECT coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0), \
-      pg_total_relation_size('outbox'), coalesce(s.autovacuum_count, 0), \
+      pg_total_relation_size('outbox'), coalesce(s.autovacuum_count, 0), coalesce(s.vacuum_count, 0), \
       (SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND exhausted_at IS NULL) \
     FROM (SELECT 1) AS one LEFT JOIN pg_stat_user_tables AS s ON s.relname = 'outbox'";
 
@@ -143,6 +143,8 @@ pub struct BloatSample {
     pub total_bytes: i64,
     /// Autovacuum runs on the table so far.
     pub autovacuums: i64,
+    /// Other `VACUUM`s of the table so far (the maintenance leader's).
+    pub vacuums: i64,
     /// Events pending or processing (the backlog).
     pub backlog: i64,
     /// Events delivered so far.
@@ -289,14 +291,21 @@ async fn enqueue_steadily(producer: Producer, pace: Pace, shape: PayloadShape) -
 }
 
 async fn sample(pool: &PgPool, at_secs: u64, delivered: i64) -> BenchResult<BloatSample> {
-    let (live_tuples, dead_tuples, total_bytes, autovacuums, backlog): (i64, i64, i64, i64, i64) =
-        sqlx::query_as(SAMPLE).fetch_one(pool).await?;
+    let (live_tuples, dead_tuples, total_bytes, autovacuums, vacuums, backlog): (
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+    ) = sqlx::query_as(SAMPLE).fetch_one(pool).await?;
     Ok(BloatSample {
         at_secs,
         live_tuples,
         dead_tuples,
         total_bytes,
         autovacuums,
+        vacuums,
         backlog,
         delivered,
     })

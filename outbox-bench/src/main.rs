@@ -194,12 +194,13 @@ async fn run(args: &Args) -> BenchResult<()> {
                     vs_ceiling: None,
                     vs_baseline: None,
                     notes: format!(
-                        "size {:.1} MiB, live {}, backlog {}, delivered {}, autovacuums {}",
+                        "size {:.1} MiB, live {}, backlog {}, delivered {}, autovacuums {}, leader vacuums {}",
                         s.total_bytes as f64 / 1_048_576.0,
                         s.live_tuples,
                         s.backlog,
                         s.delivered,
-                        s.autovacuums
+                        s.autovacuums,
+                        s.vacuums
                     ),
                 });
             }

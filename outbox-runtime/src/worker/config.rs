@@ -132,16 +132,19 @@ pub struct WorkerConfig {
     pub maintenance_batch: i64,
     /// Run the maintenance task at all (default true). Some deployments run it in one place.
     pub maintenance: bool,
-    /// When autovacuum is off for the outbox table (server-wide or by the table's
-    /// `autovacuum_enabled`), the maintenance leader runs `VACUUM` on it once dead row versions
-    /// pass max(10,000, a fifth of the live rows) (default true). Every delivered event leaves
-    /// dead versions behind (its completion and its purge are not heap-only updates), so without
-    /// any vacuum the table grows without bound. Needs a role that owns the table; otherwise the
-    /// leader logs one warning saying what to do. With autovacuum on it does nothing.
-    pub vacuum_without_autovacuum: bool,
+    /// The maintenance leader runs `VACUUM (SKIP_LOCKED)` on the outbox table once dead row
+    /// versions pass max(10,000, a fifth of the live rows) (default true), whether or not
+    /// autovacuum is on. Every delivered event leaves dead versions behind (its completion and
+    /// its purge are not heap-only updates): without any vacuum the table grows without bound,
+    /// and autovacuum, which visits a database at most once per `autovacuum_naptime` and is
+    /// cost-throttled, lets it grow between its runs at a few thousand events a second. Needs a
+    /// role that owns the table; otherwise the leader logs one warning saying what to do.
+    pub vacuum_dead_rows: bool,
     /// Completions written in one statement at most (default 512). A full batch is written at
     /// once; a partial one after `completion_flush`, or as soon as it holds every claim the
-    /// worker has.
+    /// worker has. One more batch may wait while one is written; beyond that, delivered events
+    /// keep their delivery slot until there is room, so the worker claims no more than it can
+    /// complete.
     pub completion_batch: usize,
     /// How long the completer waits to fill a batch (default 5 ms).
     pub completion_flush: Duration,
@@ -169,7 +172,7 @@ impl WorkerConfig {
             maintenance_interval: Duration::from_secs(5),
             maintenance_batch: 1000,
             maintenance: true,
-            vacuum_without_autovacuum: true,
+            vacuum_dead_rows: true,
             completion_batch: 512,
             completion_flush: Duration::from_millis(5),
             shutdown_deadline: Duration::from_secs(30),

@@ -1,5 +1,5 @@
 //! Recovers expired leases, purges delivered rows past retention, refreshes the queue gauges,
-//! and vacuums the table where autovacuum is off ([`super::vacuum`]), on one worker per table at
+//! and vacuums the table once dead rows pile up ([`super::vacuum`]), on one worker per table at
 //! a time.
 //!
 //! Leadership is a session advisory lock held on a dedicated connection: it is released by
@@ -50,7 +50,7 @@ pub struct MaintenanceCounts {
     pub exhausted: u64,
     /// Delivered rows deleted.
     pub purged: u64,
-    /// Whether this pass vacuumed the table (only when autovacuum is off for it).
+    /// Whether this pass vacuumed the table.
     pub vacuumed: bool,
 }
 
@@ -160,7 +160,7 @@ impl Maintenance {
                 }
             }
         }
-        if shared.config.vacuum_without_autovacuum && !self.vacuum_refused {
+        if shared.config.vacuum_dead_rows && !self.vacuum_refused {
             counts.vacuumed = self.vacuum().await?;
         }
         let gauges = store.gauges().await?;
@@ -173,7 +173,7 @@ impl Maintenance {
         Ok(counts)
     }
 
-    /// Vacuum the table when autovacuum is off for it (on the leader's own connection).
+    /// Vacuum the table once dead rows piled up (on the leader's own connection).
     async fn vacuum(&mut self) -> Result<bool> {
         let table = &self.shared.config.table;
         let Some(conn) = self.conn.as_mut() else {
@@ -182,10 +182,27 @@ impl Maintenance {
         match vacuum_if_needed(conn, table).await? {
             VacuumOutcome::NotNeeded => Ok(false),
             VacuumOutcome::Vacuumed { dead_before } => {
-                tracing::info!(table = %table, dead_before, "autovacuum is off for the outbox table; vacuumed it");
+                tracing::info!(table = %table, dead_before, "dead row versions passed the threshold; vacuumed the outbox table");
                 Ok(true)
             }
-            VacuumOutcome::NotAllowed { dead } => {
+            VacuumOutcome::NotAllowed {
+                dead,
+                autovacuum: true,
+            } => {
+                self.vacuum_refused = true;
+                tracing::warn!(
+                    table = %table,
+                    dead,
+                    "this role may not vacuum the outbox table, so it is left to autovacuum, which runs \
+                     at most once per autovacuum_naptime and lets the table grow between its runs at high \
+                     event rates: connect the worker as the table's owner, or tune autovacuum for the table"
+                );
+                Ok(false)
+            }
+            VacuumOutcome::NotAllowed {
+                dead,
+                autovacuum: false,
+            } => {
                 self.vacuum_refused = true;
                 tracing::warn!(
                     table = %table,

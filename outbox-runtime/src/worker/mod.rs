@@ -13,7 +13,7 @@
 //!            (also: no successful renewal by the     (complete_many_if_owned in batches)
 //!             lease's end on the local clock)
 //!   maintenance (one leader per table, advisory lock): recover_expired, purge_delivered, gauges,
-//!                VACUUM where autovacuum is off
+//!                VACUUM once dead rows pile up
 //! ```
 //!
 //! One file per part: [`config`] (knobs and defaults), `claimer.rs`, `pace.rs` (how far to
@@ -337,10 +337,10 @@ impl WorkerBuilder {
         self
     }
 
-    /// Let the maintenance leader `VACUUM` the outbox table when autovacuum is off for it
-    /// (default true; does nothing while autovacuum runs). See [`WorkerConfig::vacuum_without_autovacuum`].
-    pub fn vacuum_without_autovacuum(mut self, on: bool) -> Self {
-        self.config.vacuum_without_autovacuum = on;
+    /// Let the maintenance leader `VACUUM` the outbox table once dead row versions pile up,
+    /// whether or not autovacuum is on (default true). See [`WorkerConfig::vacuum_dead_rows`].
+    pub fn vacuum_dead_rows(mut self, on: bool) -> Self {
+        self.config.vacuum_dead_rows = on;
         self
     }
 

@@ -1,11 +1,16 @@
-//! Vacuums the outbox table from the maintenance leader when nothing else will.
+//! Vacuums the outbox table from the maintenance leader once dead row versions pile up.
 //!
 //! Every delivered event leaves dead row versions: its completion leaves the open index (not a
 //! heap-only update) and its purge deletes the row. Claims and renewals are heap-only updates,
 //! which PostgreSQL prunes page by page without a vacuum, but those dead versions are only
-//! reclaimed by `VACUUM`. Autovacuum does that on a default server; where it is switched off
-//! (server-wide or for the table) the table would grow for ever, so the leader does it, past
-//! a threshold close to autovacuum's own.
+//! reclaimed by `VACUUM`. Where autovacuum is switched off (server-wide or for the table) the
+//! table would grow for ever. Where it is on, it still falls behind an outbox: it visits a
+//! database at most once per `autovacuum_naptime` (a minute by default) and is cost-throttled,
+//! so at a few thousand events a second a minute of dead versions piles up between its runs and
+//! the table and its indexes keep growing (measured in docs/benchmarks.md: 59 to 92 MiB in ten
+//! minutes at ~1,000 events/s, where the leader's own vacuums kept it flat at 30 MiB). So the
+//! leader vacuums past a threshold close to autovacuum's own whether or not autovacuum runs,
+//! and yields to a vacuum already at work on the table (`SKIP_LOCKED`).
 
 use sqlx::PgConnection;
 
@@ -17,8 +22,9 @@ const MIN_DEAD_ROWS: i64 = 10_000;
 /// (autovacuum's default `autovacuum_vacuum_scale_factor`).
 const DEAD_FRACTION: f64 = 0.2;
 
-/// Whether autovacuum covers the table, its dead and live row counts, and whether this role
-/// may vacuum it (owners and superusers may, in PostgreSQL 15).
+/// The table's dead and live row counts, whether autovacuum covers it (for the log line when
+/// this role may not vacuum), and whether this role may vacuum it (owners and superusers may,
+/// in PostgreSQL 15).
 const VACUUM_STATE: &str = "\
 SELECT s.n_dead_tup, s.n_live_tup,
        current_setting('autovacuum')::boolean
@@ -34,16 +40,19 @@ WHERE c.oid = $1::text::regclass";
 /// What a check did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum VacuumOutcome {
-    /// Autovacuum runs for the table, or too few dead rows yet: nothing to do.
+    /// Too few dead rows yet: nothing to do.
     NotNeeded,
-    /// `VACUUM` ran; this many dead row versions were counted before it.
+    /// `VACUUM` ran (or found a vacuum already at work on the table and left it to that one);
+    /// this many dead row versions were counted before it.
     Vacuumed { dead_before: i64 },
-    /// Needed, but this role may not vacuum the table.
-    NotAllowed { dead: i64 },
+    /// Needed, but this role may not vacuum the table; `autovacuum` tells whether autovacuum
+    /// covers it (late, but it does) or nothing does.
+    NotAllowed { dead: i64, autovacuum: bool },
 }
 
-/// Vacuum `table` on `conn` when autovacuum is off for it and enough dead rows piled up.
-/// `table` must be a validated table name (it is interpolated into `VACUUM`).
+/// Vacuum `table` on `conn` once enough dead rows piled up, whether or not autovacuum is on
+/// (see the module comment). `table` must be a validated table name (it is interpolated into
+/// `VACUUM`).
 pub(crate) async fn vacuum_if_needed(
     conn: &mut PgConnection,
     table: &str,
@@ -58,15 +67,18 @@ pub(crate) async fn vacuum_if_needed(
         return Ok(VacuumOutcome::NotNeeded);
     };
     let threshold = MIN_DEAD_ROWS.max((live as f64 * DEAD_FRACTION) as i64);
-    if autovacuum || dead < threshold {
+    if dead < threshold {
         return Ok(VacuumOutcome::NotNeeded);
     }
     if !may_vacuum {
-        return Ok(VacuumOutcome::NotAllowed { dead });
+        return Ok(VacuumOutcome::NotAllowed { dead, autovacuum });
     }
     // VACUUM cannot run in a transaction block: sent alone, in autocommit, on the leader's own
-    // connection, so no pooled connection is held for its duration.
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("VACUUM {table}")))
+    // connection, so no pooled connection is held for its duration. SKIP_LOCKED: an autovacuum
+    // (or an operator's VACUUM) already on the table is doing this work; waiting for it would
+    // stall the leader's recovery and purge rounds, and our lock request would cancel an
+    // autovacuum after deadlock_timeout.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("VACUUM (SKIP_LOCKED) {table}")))
         .execute(&mut *conn)
         .await?;
     Ok(VacuumOutcome::Vacuumed { dead_before: dead })
