@@ -76,24 +76,28 @@ fn fenced(
     params: fn(ids: &'static [&'static str], versions: &'static [i64]) -> Vec<Param>,
     effect: fn(&'static str) -> Change,
 ) -> Vec<Witness> {
-    let p = |pred: &'static str| if batched { pred_batched(pred) } else { pred };
+    let version = if batched {
+        "o.claim_version = c.claim_version"
+    } else {
+        "claim_version = $2"
+    };
     let mut all = vec![
         // An earlier claim of the row: only the version decides.
-        witness(statement, p("claim_version = $2"))
+        witness(statement, version)
             .row("a", LIVE)
             .params(params(&["a"], &[0]))
-            .without([effect("a")]),
-        witness(statement, p("status = 'processing'"))
-            .row("a", PENDING_WITH_LEASE)
-            .params(params(&["a"], &[1]))
-            .without([effect("a")]),
-        witness(statement, p("lease_until > now()"))
-            .row("a", EXPIRED)
-            .params(params(&["a"], &[1]))
             .without([effect("a")]),
     ];
     if batched {
         all.extend([
+            // The status and lease fence, as one predicate the planner cannot estimate: `a`
+            // is no longer claimed (though a lease time is still written), `b`'s lease ran out.
+            // Each is kept out by one branch; without the predicate both change.
+            witness(statement, BATCHED_FENCE)
+                .row("a", PENDING_WITH_LEASE)
+                .row("b", EXPIRED)
+                .params(params(&["a", "b"], &[1, 1]))
+                .without([effect("a"), effect("b")]),
             // The pairing: both rows are in the batch (so `o.id = ANY($1)` holds for each), but
             // only `b`'s pair carries its claim. Without the join on id, `a` would be taken by
             // `b`'s claim version.
@@ -114,26 +118,29 @@ fn fenced(
                 ),
         ]);
     } else {
-        // Another row's id (none): only the id decides.
-        all.push(
+        all.extend([
+            // Another row's id (none): only the id decides.
             witness(statement, "id = $1")
                 .row("a", LIVE)
                 .params(params(&["nothing"], &[1]))
                 .without([effect("a")]),
-        );
+            witness(statement, "status = 'processing'")
+                .row("a", PENDING_WITH_LEASE)
+                .params(params(&["a"], &[1]))
+                .without([effect("a")]),
+            witness(statement, "lease_until > now()")
+                .row("a", EXPIRED)
+                .params(params(&["a"], &[1]))
+                .without([effect("a")]),
+        ]);
     }
     all
 }
 
-/// The batched statements spell the same fences against `unnest(...) AS c`.
-fn pred_batched(single: &'static str) -> &'static str {
-    match single {
-        "claim_version = $2" => "o.claim_version = c.claim_version",
-        "status = 'processing'" => "o.status = 'processing'",
-        "lease_until > now()" => "o.lease_until > now()",
-        other => other,
-    }
-}
+/// The batched statements' fence: status processing and a live lease, in a CASE so that stale
+/// statistics cannot mislead the planner (see complete_many.sql).
+const BATCHED_FENCE: &str =
+    "(CASE WHEN o.status = 'processing' THEN o.lease_until > now() ELSE false END)";
 
 /// `id` of the first row named, or an id no row has.
 fn one_id(ids: &'static [&'static str]) -> Param {

@@ -10,16 +10,9 @@ SET lease_until = now() + $3::bigint * interval '1 microsecond',
     updated_at = now()
 FROM unnest($1::bigint[], $2::bigint[]) AS c(id, claim_version)
 WHERE o.id = c.id
-  -- Probes the primary key once per id (one index scan over the sorted array). Implied by
-  -- the join above; it is here for the planner: statistics taken while every row was pending
-  -- (after a burst of enqueues, with autovacuum off or late) estimate one `processing` row,
-  -- and the planner then scanned the table and joined every in-flight row against every pair
-  -- (O(in-flight x batch): 5-9 s for 1,024 pairs). tests/store_schema.rs checks the plan.
+  -- The id probe and the unestimable fence below are spelled as in complete_many.sql, for
+  -- the same reason: a plan that stale statistics cannot turn quadratic.
   AND o.id = ANY($1::bigint[])
   AND o.claim_version = c.claim_version
-  -- The same fence as the single statements: status processing and a live lease. No index
-  -- predicate matches these columns (an earlier schema had a lease index whose predicate did,
-  -- and the planner walked it for every pair).
-  AND o.status = 'processing'
-  AND o.lease_until > now()
+  AND (CASE WHEN o.status = 'processing' THEN o.lease_until > now() ELSE false END)
 RETURNING o.id, o.claim_version
