@@ -342,14 +342,16 @@ impl Executor {
     async fn delivered(&self, event: &ClaimedEvent, claimed_at: Instant) {
         let claim = event.claim();
         tracing::debug!(row = claim.id, "delivered; completion queued");
-        if self
-            .completions
-            .send(Completion::of(event, claimed_at))
-            .await
-            .is_err()
-        {
-            // The completer is gone (only during a forced stop): leave the event to lease
-            // expiry, and so to another delivery, rather than guess.
+        let queued = tokio::select! {
+            biased;
+            sent = self.completions.send(Completion::of(event, claimed_at)) => sent.is_ok(),
+            // A forced stop while the completer cannot keep up (its database hangs, say):
+            // the worker must still stop.
+            () = self.shared.abort.cancelled() => false,
+        };
+        if !queued {
+            // The completer is gone or stuck (only during a forced stop): leave the event to
+            // lease expiry, and so to another delivery, rather than guess.
             self.shared.inflight.remove(&claim);
         }
     }
