@@ -344,6 +344,15 @@ impl WorkerBuilder {
         self
     }
 
+    /// The former name of [`WorkerBuilder::vacuum_dead_rows`], from when the leader vacuumed
+    /// only where autovacuum was off.
+    #[deprecated(
+        note = "renamed `vacuum_dead_rows`: the leader now vacuums past the dead-row threshold whether or not autovacuum is on"
+    )]
+    pub fn vacuum_without_autovacuum(self, on: bool) -> Self {
+        self.vacuum_dead_rows(on)
+    }
+
     /// Completions per statement (default 512) and how long to wait to fill one (default 5 ms).
     pub fn completion_batch(mut self, max: usize, flush_after: Duration) -> Self {
         self.config.completion_batch = max;

@@ -78,8 +78,17 @@ pub(crate) async fn vacuum_if_needed(
     // (or an operator's VACUUM) already on the table is doing this work; waiting for it would
     // stall the leader's recovery and purge rounds, and our lock request would cancel an
     // autovacuum after deadlock_timeout.
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("VACUUM (SKIP_LOCKED) {table}")))
+    // A skipped table is reported as a WARNING notice, which sqlx would log at WARN each time
+    // autovacuum happens to be on the table: expected here, so quieted for this one statement.
+    sqlx::raw_sql("SET client_min_messages = error")
         .execute(&mut *conn)
         .await?;
+    let vacuumed = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("VACUUM (SKIP_LOCKED) {table}")))
+        .execute(&mut *conn)
+        .await;
+    sqlx::raw_sql("RESET client_min_messages")
+        .execute(&mut *conn)
+        .await?;
+    vacuumed?;
     Ok(VacuumOutcome::Vacuumed { dead_before: dead })
 }
