@@ -544,6 +544,14 @@ async fn a_stuck_completion_writer_stops_the_claimer(max_batch: usize) {
          the sink had delivered {}",
         sink.finished.load(Ordering::SeqCst)
     );
+    // Delivered but not written back, they are still the worker's: counted in flight (and so
+    // renewed), not forgotten once queued.
+    let delivered = sink.finished.load(Ordering::SeqCst);
+    assert!(
+        worker.in_flight() >= delivered,
+        "{} in flight, but {delivered} delivered and none written back",
+        worker.in_flight()
+    );
 
     // Unstuck, everything is delivered, each event once.
     sqlx::query("SELECT pg_advisory_unlock(4242)")

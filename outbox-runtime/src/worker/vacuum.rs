@@ -50,6 +50,12 @@ pub(crate) enum VacuumOutcome {
     NotAllowed { dead: i64, autovacuum: bool },
 }
 
+/// Whether `dead` row versions next to `live` ones call for a vacuum: at least
+/// [`MIN_DEAD_ROWS`], and at least [`DEAD_FRACTION`] of the live rows.
+fn past_threshold(dead: i64, live: i64) -> bool {
+    dead >= MIN_DEAD_ROWS.max((live as f64 * DEAD_FRACTION) as i64)
+}
+
 /// Vacuum `table` on `conn` once enough dead rows piled up, whether or not autovacuum is on
 /// (see the module comment). `table` must be a validated table name (it is interpolated into
 /// `VACUUM`).
@@ -66,8 +72,7 @@ pub(crate) async fn vacuum_if_needed(
         // No statistics row yet (a table nobody wrote to since the server started).
         return Ok(VacuumOutcome::NotNeeded);
     };
-    let threshold = MIN_DEAD_ROWS.max((live as f64 * DEAD_FRACTION) as i64);
-    if dead < threshold {
+    if !past_threshold(dead, live) {
         return Ok(VacuumOutcome::NotNeeded);
     }
     if !may_vacuum {
@@ -91,4 +96,26 @@ pub(crate) async fn vacuum_if_needed(
         .await?;
     vacuumed?;
     Ok(VacuumOutcome::Vacuumed { dead_before: dead })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::past_threshold;
+
+    #[test]
+    fn small_tables_wait_for_ten_thousand_dead_rows() {
+        assert!(!past_threshold(0, 0));
+        assert!(!past_threshold(9_999, 0));
+        assert!(past_threshold(10_000, 0));
+        assert!(!past_threshold(9_999, 40_000));
+        assert!(past_threshold(10_000, 40_000));
+    }
+
+    #[test]
+    fn large_tables_wait_for_a_fifth_of_their_live_rows() {
+        assert!(!past_threshold(19_999, 100_000));
+        assert!(past_threshold(20_000, 100_000));
+        assert!(!past_threshold(199_999, 1_000_000));
+        assert!(past_threshold(200_000, 1_000_000));
+    }
 }
