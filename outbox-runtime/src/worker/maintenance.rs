@@ -185,32 +185,21 @@ impl Maintenance {
                 tracing::info!(table = %table, dead_before, "dead row versions passed the threshold; vacuumed the outbox table");
                 Ok(true)
             }
-            VacuumOutcome::NotAllowed {
-                dead,
-                autovacuum: true,
-            } => {
+            VacuumOutcome::NotAllowed { dead, autovacuum } => {
                 self.vacuum_refused = true;
-                tracing::warn!(
-                    table = %table,
-                    dead,
+                let what = if autovacuum {
                     "this role may not vacuum the outbox table, so it is left to autovacuum, which runs \
                      at most once per autovacuum_naptime and lets the table grow between its runs at high \
                      event rates: connect the worker as the table's owner, or tune autovacuum for the table"
-                );
-                Ok(false)
-            }
-            VacuumOutcome::NotAllowed {
-                dead,
-                autovacuum: false,
-            } => {
-                self.vacuum_refused = true;
-                tracing::warn!(
-                    table = %table,
-                    dead,
-                    "autovacuum is off for the outbox table and this role may not vacuum it, so dead rows \
+                        .to_owned()
+                } else {
+                    format!(
+                        "autovacuum is off for the outbox table and this role may not vacuum it, so dead rows \
                      pile up and the table grows: enable autovacuum, run `VACUUM {table}` periodically \
                      as its owner, or connect the worker as the owner"
-                );
+                    )
+                };
+                tracing::warn!(table = %table, dead, "{what}");
                 Ok(false)
             }
         }
