@@ -39,19 +39,16 @@ const ROUNDS_PER_TICK: u32 = 10;
 /// A batch never shrinks below this.
 const MIN_BATCH: i64 = 10;
 
-/// What one maintenance pass did.
+/// What one maintenance pass did (all zero on a worker that is not the leader), for the log line
+/// and the `MaintenanceRan` hook event.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MaintenanceCounts {
-    /// Whether this worker holds leadership (nothing is done otherwise).
-    pub leader: bool,
+pub(crate) struct MaintenanceCounts {
     /// Expired leases returned to pending.
-    pub requeued: u64,
+    pub(crate) requeued: u64,
     /// Expired leases exhausted (attempts used up).
-    pub exhausted: u64,
+    pub(crate) exhausted: u64,
     /// Delivered rows deleted.
-    pub purged: u64,
-    /// Whether this pass vacuumed the table.
-    pub vacuumed: bool,
+    pub(crate) purged: u64,
 }
 
 pub(crate) struct Maintenance {
@@ -114,10 +111,7 @@ impl Maintenance {
         }
         let shared = Arc::clone(&self.shared);
         let store = &shared.maintenance_store;
-        let mut counts = MaintenanceCounts {
-            leader: true,
-            ..Default::default()
-        };
+        let mut counts = MaintenanceCounts::default();
         // The worker's own retry policy: an expired lease backs off like a failed delivery.
         let retry = shared.config.retry;
         let recovery_backoff = RecoveryBackoff {
@@ -161,7 +155,7 @@ impl Maintenance {
             }
         }
         if shared.config.vacuum_dead_rows && !self.vacuum_refused {
-            counts.vacuumed = self.vacuum().await?;
+            self.vacuum().await?;
         }
         let gauges = store.gauges().await?;
         shared.counters.gauges(&gauges);
@@ -174,16 +168,15 @@ impl Maintenance {
     }
 
     /// Vacuum the table once dead rows piled up (on the leader's own connection).
-    async fn vacuum(&mut self) -> Result<bool> {
+    async fn vacuum(&mut self) -> Result<()> {
         let table = &self.shared.config.table;
         let Some(conn) = self.conn.as_mut() else {
-            return Ok(false);
+            return Ok(());
         };
         match vacuum_if_needed(conn, table).await? {
-            VacuumOutcome::NotNeeded => Ok(false),
+            VacuumOutcome::NotNeeded => {}
             VacuumOutcome::Vacuumed { dead_before } => {
                 tracing::info!(table = %table, dead_before, "dead row versions passed the threshold; vacuumed the outbox table");
-                Ok(true)
             }
             VacuumOutcome::NotAllowed { dead, autovacuum } => {
                 self.vacuum_refused = true;
@@ -200,9 +193,9 @@ impl Maintenance {
                     )
                 };
                 tracing::warn!(table = %table, dead, "{what}");
-                Ok(false)
             }
         }
+        Ok(())
     }
 
     fn batch_failed(&mut self) {

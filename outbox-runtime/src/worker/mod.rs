@@ -107,7 +107,6 @@ use tokio_util::sync::CancellationToken;
 pub use config::{RetryPolicy, WorkerConfig};
 pub use events::WorkerEvent;
 pub use listener::application_name as listener_application_name;
-pub use maintenance::MaintenanceCounts;
 pub use metrics::WorkerCounters;
 pub use sessions::{SessionRole, application_name};
 pub use shutdown::WorkerHandle;
