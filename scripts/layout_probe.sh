@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Probe of ways to finish a delivered event (docs/benchmarks.md, "Keeping delivered rows"): a
 # drain of 50,000 events inside PostgreSQL (a procedure on one connection, one transaction per
-# claim of 100 with SKIP LOCKED and per completion of 100, the real outbox schema), three ways:
+# claim of 100 with SKIP LOCKED and per completion of 100, the real outbox schema), four ways:
 # keep (mark delivered, today's default), delete (retention 0), move (delete + a narrow history
-# row: event id unique, BRIN on delivered_at). Prints the time and WAL bytes per event, twice.
+# row: event id unique, BRIN on delivered_at), and split (the event in an immutable table that
+# holds the event id's unique index and the payload, its delivery state in a narrow queue table
+# whose row the completion deletes; the claim reads the payloads by primary key). Prints the
+# time and WAL bytes per event, twice. Then the enqueue side: 20,000 one-event transactions
+# (synchronous_commit off, so the commit's flush does not hide the difference) into the outbox
+# table as it is and into the split pair.
 #
 #   scripts/layout_probe.sh        # needs psql and the server of the README (127.0.0.1:5432)
 #
@@ -21,13 +26,81 @@ CREATE TABLE outbox_history (
     delivered_at timestamptz NOT NULL
 );
 CREATE INDEX outbox_history_purge ON outbox_history USING brin (delivered_at);
+-- The split layout: what an enqueue writes once, and what a claim changes.
+CREATE TABLE outbox_event (
+    id                  bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event_id            uuid        NOT NULL UNIQUE,
+    operation_key       text        NOT NULL,
+    payload_fingerprint bytea       NOT NULL,
+    event_type          text        NOT NULL,
+    event_version       integer     NOT NULL,
+    aggregate_type      text,
+    aggregate_id        text,
+    aggregate_version   bigint,
+    payload             jsonb       NOT NULL,
+    headers             jsonb       NOT NULL DEFAULT '{}',
+    created_at          timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE outbox_queue (
+    id             bigint      PRIMARY KEY,
+    status         text        NOT NULL DEFAULT 'pending',
+    available_at   timestamptz NOT NULL DEFAULT now(),
+    lease_until    timestamptz,
+    claimed_by     text,
+    claim_version  bigint      NOT NULL DEFAULT 0,
+    attempts       integer     NOT NULL DEFAULT 0,
+    max_attempts   integer     NOT NULL DEFAULT 10,
+    updated_at     timestamptz NOT NULL DEFAULT now()
+) WITH (fillfactor = 50);
+CREATE INDEX outbox_queue_open ON outbox_queue (available_at, id);
 CREATE TABLE results (mode text, secs numeric, wal_bytes_per_event numeric);
+CREATE PROCEDURE enqueue(mode text, n int) LANGUAGE plpgsql AS $f$
+DECLARE
+  started timestamptz; lsn pg_lsn; new_id bigint;
+BEGIN
+  SET LOCAL synchronous_commit = off;
+  started := clock_timestamp(); lsn := pg_current_wal_lsn();
+  FOR g IN 1..n LOOP
+    IF mode = 'enqueue one table' THEN
+      INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload)
+      VALUES (gen_random_uuid(), 'k' || g, '\x00', 'order_placed', 1, jsonb_build_object('order_id', g, 'total', 100))
+      ON CONFLICT (event_id) DO NOTHING;
+    ELSE
+      WITH e AS (INSERT INTO outbox_event (event_id, operation_key, payload_fingerprint, event_type, event_version, payload)
+                 VALUES (gen_random_uuid(), 'k' || g, '\x00', 'order_placed', 1, jsonb_build_object('order_id', g, 'total', 100))
+                 ON CONFLICT (event_id) DO NOTHING RETURNING id)
+      INSERT INTO outbox_queue (id) SELECT id FROM e;
+    END IF;
+    COMMIT;
+    SET LOCAL synchronous_commit = off;
+  END LOOP;
+  INSERT INTO results VALUES (mode, round(extract(epoch FROM clock_timestamp() - started)::numeric, 3),
+                      round(pg_wal_lsn_diff(pg_current_wal_lsn(), lsn) / n, 0));
+  COMMIT;
+END $f$;
 CREATE PROCEDURE drain(mode text) LANGUAGE plpgsql AS $f$
 DECLARE
   started timestamptz; lsn pg_lsn; ids bigint[]; n int := 0;
 BEGIN
   started := clock_timestamp(); lsn := pg_current_wal_lsn();
   LOOP
+    IF mode = 'split' THEN
+      WITH c AS (SELECT id FROM outbox_queue WHERE status = 'pending' AND available_at <= now()
+                 ORDER BY available_at, id LIMIT 100 FOR UPDATE SKIP LOCKED),
+           u AS (UPDATE outbox_queue q SET status = 'processing', claim_version = q.claim_version + 1,
+                   attempts = q.attempts + 1, lease_until = now() + interval '30 s', claimed_by = 'w',
+                   updated_at = now()
+                 FROM c WHERE q.id = c.id RETURNING q.id)
+      SELECT array_agg(id) INTO ids FROM u;
+      -- The claim hands the payloads to the worker: read them by primary key.
+      PERFORM count(e.payload) FROM outbox_event e WHERE e.id = ANY(ids);
+      COMMIT;
+      EXIT WHEN ids IS NULL;
+      DELETE FROM outbox_queue WHERE id = ANY(ids);
+      COMMIT;
+      n := n + cardinality(ids);
+      CONTINUE;
+    END IF;
     WITH c AS (SELECT id FROM outbox WHERE delivered_at IS NULL AND exhausted_at IS NULL
                  AND available_at <= now() AND status = 'pending'
                ORDER BY available_at, id LIMIT 100 FOR UPDATE SKIP LOCKED),
@@ -55,10 +128,18 @@ BEGIN
   COMMIT;
 END $f$;
 SQL
-for mode in keep delete move keep delete move; do
-  $P -c "TRUNCATE outbox, outbox_history" -c "INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload)
+for mode in keep delete move split keep delete move split; do
+  $P -c "TRUNCATE outbox, outbox_history, outbox_event, outbox_queue" -c "INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload)
       SELECT gen_random_uuid(), 'k' || g, '\\x00', 'order_placed', 1, jsonb_build_object('order_id', g, 'total', 100) FROM generate_series(1, 50000) g" \
-     -c "VACUUM ANALYZE outbox" -c "CHECKPOINT"
+     -c "INSERT INTO outbox_event (event_id, operation_key, payload_fingerprint, event_type, event_version, payload)
+      SELECT event_id, operation_key, payload_fingerprint, event_type, event_version, payload FROM outbox" \
+     -c "INSERT INTO outbox_queue (id) SELECT id FROM outbox_event" \
+     -c "VACUUM ANALYZE outbox, outbox_event, outbox_queue" -c "CHECKPOINT"
   $P -c "CALL drain('$mode')"
+  $P -Atc "SELECT mode || ': ' || secs || ' s, ' || wal_bytes_per_event || ' WAL bytes/event' FROM results ORDER BY ctid DESC LIMIT 1"
+done
+for mode in 'enqueue one table' 'enqueue split' 'enqueue one table' 'enqueue split'; do
+  $P -c "TRUNCATE outbox, outbox_event, outbox_queue" -c "CHECKPOINT"
+  $P -c "CALL enqueue('$mode', 20000)"
   $P -Atc "SELECT mode || ': ' || secs || ' s, ' || wal_bytes_per_event || ' WAL bytes/event' FROM results ORDER BY ctid DESC LIMIT 1"
 done
