@@ -491,3 +491,46 @@ async fn ordered_claim_behind_a_long_backlog_finds_heads_and_never_a_blocked_eve
         held = next.into_iter().next().unwrap();
     }
 }
+
+/// A claim reports how long the event waited to be claimed (since it became claimable) and how
+/// old it is (since its enqueue), both by the database clock: the worker's claim-wait and
+/// end-to-end latency histograms are built from these two. The rows are backdated, so the
+/// expected figures are known without waiting, and the two are distinguishable.
+#[tokio::test]
+async fn a_claim_reports_the_wait_and_the_age_by_the_database_clock() {
+    let db = TestDatabase::new().await;
+    let store = Store::new(db.pool().clone());
+    for ordered in [false, true] {
+        enqueue_notes(db.pool(), &format!("aged, ordered: {ordered}"), 1).await;
+        sqlx::query(
+            "UPDATE outbox SET created_at = now() - interval '1 hour', \
+             available_at = now() - interval '30 minutes' WHERE status = 'pending'",
+        )
+        .execute(db.pool())
+        .await
+        .unwrap();
+        let claimed = store
+            .claim_batch("worker-a", 10, LONG_LEASE, ordered)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1, "ordered: {ordered}");
+        let event = &claimed[0];
+        // The claim's statement runs within a minute of the backdating one.
+        let within_a_minute_after =
+            |d: Duration, of: u64| d >= Duration::from_secs(of) && d < Duration::from_secs(of + 60);
+        assert!(
+            within_a_minute_after(event.since_enqueue, 3600),
+            "ordered: {ordered}: since_enqueue {:?}, expected an hour",
+            event.since_enqueue
+        );
+        assert!(
+            within_a_minute_after(event.waited, 1800),
+            "ordered: {ordered}: waited {:?}, expected half an hour",
+            event.waited
+        );
+        assert_eq!(
+            store.complete_if_owned(event.claim()).await.unwrap(),
+            Ownership::Owned
+        );
+    }
+}
