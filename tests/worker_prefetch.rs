@@ -475,6 +475,33 @@ async fn waiting_events_keep_their_claim_past_the_lease() {
     );
 }
 
+/// Make every completion statement wait, mid-statement, until [`unstick_completions`]: a
+/// trigger takes a shared advisory lock that the returned connection holds exclusively.
+async fn stick_completions(db: &TestDatabase) -> sqlx::PgConnection {
+    sqlx::raw_sql(
+        "CREATE FUNCTION wait_for_the_test() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NEW; END $$;
+         CREATE TRIGGER completions_wait BEFORE UPDATE ON outbox FOR EACH ROW
+         WHEN (NEW.status = 'delivered') EXECUTE FUNCTION wait_for_the_test();",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let mut blocker = db.connect().await;
+    sqlx::query("SELECT pg_advisory_lock(4242)")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    blocker
+}
+
+async fn unstick_completions(blocker: &mut sqlx::PgConnection) {
+    sqlx::query("SELECT pg_advisory_unlock(4242)")
+        .execute(blocker)
+        .await
+        .unwrap();
+}
+
 /// Completions that cannot be written stop the claimer: delivered events keep their delivery
 /// slot until the completer has room, so what the worker holds claimed and unwritten stays
 /// within `concurrency + prefetch + 2 x completion_batch` (one batch being written, one
@@ -492,20 +519,7 @@ async fn a_stuck_completion_writer_stops_the_claimer(max_batch: usize) {
     const BOUND: i64 = (CONCURRENCY + PREFETCH + 2 * COMPLETION_BATCH) as i64;
     let db = TestDatabase::new().await;
     insert_events(db.pool(), EVENTS).await;
-    sqlx::raw_sql(
-        "CREATE FUNCTION wait_for_the_test() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NEW; END $$;
-         CREATE TRIGGER completions_wait BEFORE UPDATE ON outbox FOR EACH ROW
-         WHEN (NEW.status = 'delivered') EXECUTE FUNCTION wait_for_the_test();",
-    )
-    .execute(db.pool())
-    .await
-    .unwrap();
-    let mut blocker = db.connect().await;
-    sqlx::query("SELECT pg_advisory_lock(4242)")
-        .execute(&mut blocker)
-        .await
-        .unwrap();
+    let mut blocker = stick_completions(&db).await;
 
     let sink = RecordingSink::new(Pace::Instant, max_batch);
     let worker = Worker::builder(db.pool().clone(), Arc::clone(&sink))
@@ -554,10 +568,7 @@ async fn a_stuck_completion_writer_stops_the_claimer(max_batch: usize) {
     );
 
     // Unstuck, everything is delivered, each event once.
-    sqlx::query("SELECT pg_advisory_unlock(4242)")
-        .execute(&mut blocker)
-        .await
-        .unwrap();
+    unstick_completions(&mut blocker).await;
     all_delivered(db.pool(), EVENTS).await;
     worker.shutdown().await;
     let deliveries = sink.deliveries.lock().unwrap();
@@ -576,4 +587,64 @@ async fn a_stuck_completion_writer_stops_the_claimer_one_event_a_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_completion_writer_stops_the_claimer_in_batches() {
     a_stuck_completion_writer_stops_the_claimer(4).await;
+}
+
+/// A database that stops answering mid-completion does not hang shutdown: the worker waits one
+/// more shutdown deadline for its outcomes to be written, then stops without them. Nothing is
+/// lost by that: the claims whose completion did not return are delivered again once their
+/// leases end (at least once). Before, shutdown waited for the stuck completion forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_wait_forever_for_a_stuck_completion() {
+    const EVENTS: i64 = 20;
+    const DEADLINE: Duration = Duration::from_millis(500);
+    let db = TestDatabase::new().await;
+    insert_events(db.pool(), EVENTS).await;
+    let mut blocker = stick_completions(&db).await;
+    let sink = RecordingSink::new(Pace::Instant, 1);
+    let worker = Worker::builder(db.pool().clone(), Arc::clone(&sink))
+        .concurrency(4)
+        .lease(Duration::from_secs(2))
+        .renew_interval(Duration::from_millis(500))
+        .shutdown_deadline(DEADLINE)
+        .start()
+        .await
+        .unwrap();
+    // A completion statement is waiting on the test's lock.
+    let started = Instant::now();
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "no completion reached the database"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // Bounded by the two deadlines and the abort grace (2 s), with room for a loaded machine.
+    let bound = Duration::from_secs(20);
+    assert!(
+        tokio::time::timeout(bound, worker.shutdown()).await.is_ok(),
+        "shutdown still waiting for the stuck completion after {bound:?}"
+    );
+
+    // The database answers again: a new worker delivers whatever was not written back.
+    unstick_completions(&mut blocker).await;
+    let second = Worker::builder(db.pool().clone(), Arc::clone(&sink))
+        .lease(Duration::from_secs(2))
+        .maintenance_interval(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    all_delivered(db.pool(), EVENTS).await;
+    second.shutdown().await;
+    let deliveries = sink.deliveries.lock().unwrap();
+    assert_eq!(deliveries.len(), EVENTS as usize, "every event delivered");
 }

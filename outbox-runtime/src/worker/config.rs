@@ -148,7 +148,9 @@ pub struct WorkerConfig {
     pub completion_batch: usize,
     /// How long the completer waits to fill a batch (default 5 ms).
     pub completion_flush: Duration,
-    /// How long shutdown waits for running deliveries before cancelling them (default 30 s).
+    /// How long shutdown waits for running deliveries before cancelling them (default 30 s), and
+    /// again for the last completions to be written before abandoning them (a database that
+    /// stopped answering); their events are then delivered again once their leases end.
     pub shutdown_deadline: Duration,
 }
 

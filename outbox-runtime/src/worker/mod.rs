@@ -62,6 +62,9 @@
 //! cancellation with a retryable error, or was abandoned, is handed back like an unstarted
 //! claim: pending at once, its attempt not charged, no handler failure recorded (the worker
 //! left; the event did not fail, and must not be exhausted for it on its last attempt).
+//! Shutdown always ends: if the database stops answering while the last completions are
+//! written, the worker waits one more shutdown deadline for them and then stops without them;
+//! those events are delivered again once their leases end.
 //!
 //! # Example
 //!
@@ -359,7 +362,8 @@ impl WorkerBuilder {
         self
     }
 
-    /// How long shutdown waits for running deliveries (default 30 s).
+    /// How long shutdown waits for running deliveries (default 30 s), and again, after them, for
+    /// the last completions to be written.
     pub fn shutdown_deadline(mut self, deadline: Duration) -> Self {
         self.config.shutdown_deadline = deadline;
         self

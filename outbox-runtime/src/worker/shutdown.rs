@@ -6,7 +6,9 @@
 //! are abandoned). Interrupted deliveries are handed back without charging their attempt, so
 //! another worker delivers them at once (see `executor`).
 //! The completer, renewer and maintenance stop last: renewal must go on while deliveries drain,
-//! and completions must be written before the worker says it stopped.
+//! and completions must be written before the worker says it stopped, unless the database stops
+//! answering: then the completer and maintenance get one more shutdown deadline and are
+//! abandoned, so shutdown always ends.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -175,16 +177,32 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> WorkerHandle {
                 tasks.wait().await;
             }
         }
-        // Phase 3: every sender is gone now, so the completer flushes and ends.
-        let _ = completer.await;
+        // Phase 3: every sender is gone now, so the completer flushes and ends. A database that
+        // stopped answering mid-statement would keep it (or maintenance) waiting for ever: each
+        // gets one more shutdown deadline, then is abandoned. The outcomes not written then are
+        // not lost: those events are delivered again once their leases end (at least once).
+        let name = &shared.config.name;
+        let within = shared.config.shutdown_deadline;
+        finish_or_abandon(
+            completer,
+            within,
+            name,
+            "writing the delivered events' outcomes",
+        )
+        .await;
         background.cancel();
         if let Some(r) = renewer {
             let _ = r.await;
         }
         if let Some(m) = maintenance {
-            let _ = m.await;
+            finish_or_abandon(m, within, name, "maintenance").await;
         }
-        shared.sessions.close().await;
+        if tokio::time::timeout(within, shared.sessions.close())
+            .await
+            .is_err()
+        {
+            tracing::warn!(worker = %name, "closing the worker's connections did not finish within the shutdown deadline; left to close in the background");
+        }
         tracing::info!(worker = %shared.config.name, "outbox worker stopped");
         shared.hook.emit(|| WorkerEvent::Stopped);
         let _ = stopped_tx.send(true);
@@ -193,5 +211,25 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> WorkerHandle {
     WorkerHandle {
         shared,
         stopped: stopped_rx,
+    }
+}
+
+/// Wait up to `within` for `task` to end; past that, abort it (dropping its connection and any
+/// statement it is waiting on) and say so.
+async fn finish_or_abandon(
+    mut task: tokio::task::JoinHandle<()>,
+    within: Duration,
+    worker: &str,
+    what: &str,
+) {
+    if tokio::time::timeout(within, &mut task).await.is_err() {
+        tracing::warn!(
+            worker,
+            "{what} did not finish within the shutdown deadline (is the database answering?); \
+             abandoned: events whose outcome was not written are delivered again once their \
+             leases end"
+        );
+        task.abort();
+        let _ = task.await;
     }
 }
