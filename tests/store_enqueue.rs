@@ -380,7 +380,10 @@ async fn drain_notifications(listener: &mut PgListener, wait: Duration) -> usize
 async fn one_notification_per_committed_transaction_none_when_off_or_rolled_back() {
     let db = TestDatabase::new().await;
     let mut listener = PgListener::connect(&db.url()).await.unwrap();
-    listener.listen(&notify_channel("outbox")).await.unwrap();
+    // The channel as a store reports it is the one enqueue notifies on.
+    let channel = outbox_runtime::Store::new(db.pool().clone()).notify_channel();
+    assert_eq!(channel, notify_channel("outbox"));
+    listener.listen(&channel).await.unwrap();
     let wait = Duration::from_millis(500);
 
     // Three events in one transaction: nothing before commit, exactly one after.
