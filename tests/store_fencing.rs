@@ -229,6 +229,82 @@ async fn renewal_extends_a_live_lease_and_batches_report_only_the_lost_claims() 
     assert!(store.complete_many_if_owned(&[]).await.unwrap().is_empty());
 }
 
+/// A renewal bounded in its lock waits gives up on a row another transaction holds, renews
+/// nothing of its batch, and says so by its error; once the row is free it renews as usual.
+#[tokio::test]
+async fn a_renewal_with_a_lock_wait_gives_up_on_a_held_row_and_changes_nothing() {
+    // One pooled session, so the last check looks at the session the renewals ran on.
+    let db = TestDatabase::with_pool_size(1).await;
+    let store = Store::new(db.pool().clone());
+    enqueue_notes(db.pool(), "renew-wait", 2).await;
+    let claims: Vec<_> = store
+        .claim_batch("w", 2, Duration::from_secs(30), false)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.claim())
+        .collect();
+    let leases = |db: &TestDatabase| {
+        let pool = db.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>(
+                "SELECT lease_until FROM outbox ORDER BY id",
+            )
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let before = leases(&db).await;
+
+    // Another transaction holds the second row (as a completion being written does).
+    let mut holder = db.connect().await;
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT 1 FROM outbox WHERE id = $1 FOR UPDATE")
+        .bind(claims[1].id)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let waited = std::time::Instant::now();
+    let error = store
+        .renew_many_if_owned_waiting_at_most(
+            &claims,
+            Duration::from_secs(600),
+            Duration::from_millis(100),
+        )
+        .await
+        .expect_err("the renewal waited for the held row");
+    assert!(error.is_lock_timeout(), "{error}");
+    assert!(
+        waited.elapsed() < Duration::from_secs(10),
+        "gave up only after {:?}",
+        waited.elapsed()
+    );
+    assert_eq!(leases(&db).await, before, "a lease changed");
+
+    // Held no more: both renewed, and the lock wait did not outlive its transaction.
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    let lost = store
+        .renew_many_if_owned_waiting_at_most(
+            &claims,
+            Duration::from_secs(600),
+            Duration::from_millis(100),
+        )
+        .await
+        .unwrap();
+    assert!(lost.is_empty(), "{lost:?}");
+    let after = leases(&db).await;
+    assert!(after.iter().zip(&before).all(|(a, b)| a > b), "{after:?}");
+    let session_wait: String = sqlx::query_scalar("SHOW lock_timeout")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        session_wait, "0",
+        "the lock wait leaked into the pooled session"
+    );
+}
+
 #[tokio::test]
 async fn completing_by_deleting_is_fenced_like_marking_delivered() {
     let db = TestDatabase::new().await;

@@ -20,6 +20,7 @@ use outbox_runtime::worker::{Worker, WorkerEvent};
 use outbox_runtime::{Delivery, HandlerError, Sink};
 use sqlx::PgPool;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -647,4 +648,169 @@ async fn shutdown_does_not_wait_forever_for_a_stuck_completion() {
     second.shutdown().await;
     let deliveries = sink.deliveries.lock().unwrap();
     assert_eq!(deliveries.len(), EVENTS as usize, "every event delivered");
+}
+
+/// Event 1 runs until its lease is lost or the test lets it finish; event 2 returns as soon as
+/// the test says so.
+struct HoldOneReleaseOther {
+    go: tokio::sync::Notify,
+    finish: CancellationToken,
+    held_lost_its_lease: std::sync::atomic::AtomicBool,
+    deliveries: Mutex<HashMap<i64, usize>>,
+}
+
+impl Sink for HoldOneReleaseOther {
+    fn deliver<'a>(
+        &'a self,
+        event: &'a ClaimedEvent,
+        delivery: &'a Delivery,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            let n = number(event);
+            if n == 1 {
+                tokio::select! {
+                    () = delivery.lease_lost().cancelled() => {
+                        self.held_lost_its_lease.store(true, Ordering::SeqCst);
+                        return Err(HandlerError::retry("lease lost"));
+                    }
+                    () = self.finish.cancelled() => {}
+                }
+            } else {
+                self.go.notified().await;
+            }
+            *self.deliveries.lock().unwrap().entry(n).or_default() += 1;
+            Ok(())
+        })
+    }
+}
+
+/// Wait until `query` (one bigint) is positive, failing with `what` after [`WAIT`].
+async fn until_positive(pool: &PgPool, query: &'static str, what: &str) {
+    let started = Instant::now();
+    loop {
+        let n: i64 = sqlx::query_scalar(query).fetch_one(pool).await.unwrap();
+        if n > 0 {
+            return;
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "{what} did not happen in {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A completion stuck on its row does not stop the renewals of the other running deliveries.
+///
+/// The race: the renewer takes the in-flight claims, then the completer takes one of them out
+/// and starts writing it; the renewal statement reaches that row while the completion holds
+/// it. Before, the renewal waited on the row for as long as the completion was stuck, and
+/// with it every later renewal: the other deliveries' leases ran out although their handlers
+/// were fine. Now a renewal waits for a row lock at most half a renew interval and tries again
+/// at the next tick, without the claim that left.
+///
+/// Made deterministic with two triggers: the renewal of event 1 (the lower id, renewed first)
+/// polls a gate table until the test opens it, and completions wait on an advisory lock the
+/// test holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_completion_does_not_stop_the_renewal_of_other_deliveries() {
+    const LEASE: Duration = Duration::from_secs(3);
+    let db = TestDatabase::new().await;
+    insert_events(db.pool(), 2).await;
+    sqlx::raw_sql(
+        "CREATE TABLE gate (open boolean);
+         CREATE FUNCTION renewal_waits_for_the_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           WHILE NOT EXISTS (SELECT 1 FROM gate) LOOP PERFORM pg_sleep(0.005); END LOOP;
+           RETURN NEW;
+         END $$;
+         CREATE TRIGGER renewal_of_the_first_event BEFORE UPDATE ON outbox FOR EACH ROW
+         WHEN (OLD.id = 1 AND OLD.status = 'processing' AND NEW.status = 'processing'
+               AND NEW.claim_version = OLD.claim_version)
+         EXECUTE FUNCTION renewal_waits_for_the_gate();",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let mut blocker = stick_completions(&db).await;
+    let sink = Arc::new(HoldOneReleaseOther {
+        go: tokio::sync::Notify::new(),
+        finish: CancellationToken::new(),
+        held_lost_its_lease: std::sync::atomic::AtomicBool::new(false),
+        deliveries: Mutex::new(HashMap::new()),
+    });
+    let worker = Worker::builder(db.pool().clone(), Arc::clone(&sink))
+        .concurrency(2)
+        .lease(LEASE)
+        .renew_interval(Duration::from_millis(500))
+        .completion_batch(1, Duration::from_millis(1))
+        .start()
+        .await
+        .unwrap();
+
+    // A renewal of both claims is in the statement, held at event 1 by the gate.
+    until_positive(
+        db.pool(),
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE application_name LIKE 'outbox-renewer%' AND wait_event = 'PgSleep'",
+        "a renewal reaching the gate",
+    )
+    .await;
+    // Event 2 is delivered; its completion takes the row and sticks on the test's lock.
+    sink.go.notify_one();
+    until_positive(
+        db.pool(),
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+        "a completion reaching the database",
+    )
+    .await;
+    // Through the gate, the renewal reaches event 2's row, held by the stuck completion.
+    sqlx::query("INSERT INTO gate VALUES (true)")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    until_positive(
+        db.pool(),
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE application_name LIKE 'outbox-renewer%' AND wait_event_type = 'Lock'",
+        "the renewal waiting on the completion's row",
+    )
+    .await;
+
+    // Event 1's lease keeps being renewed: it moves past where it stood before it ends.
+    let (lease_then, seconds_left): (chrono::DateTime<chrono::Utc>, f64) = sqlx::query_as(
+        "SELECT lease_until, extract(epoch FROM lease_until - now())::float8 FROM outbox WHERE id = 1",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    let renewed_before = Instant::now() + Duration::from_secs_f64(seconds_left.max(0.0));
+    loop {
+        let lease_now: chrono::DateTime<chrono::Utc> =
+            sqlx::query_scalar("SELECT lease_until FROM outbox WHERE id = 1")
+                .fetch_one(db.pool())
+                .await
+                .unwrap();
+        if lease_now > lease_then {
+            break;
+        }
+        assert!(
+            Instant::now() < renewed_before,
+            "event 1's lease was not renewed while event 2's completion was stuck, and has run \
+             out (lease until {lease_then})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !sink.held_lost_its_lease.load(Ordering::SeqCst),
+        "event 1's handler was told its lease was lost"
+    );
+
+    // Unstuck, both are delivered once.
+    unstick_completions(&mut blocker).await;
+    sink.finish.cancel();
+    all_delivered(db.pool(), 2).await;
+    worker.shutdown().await;
+    let deliveries = sink.deliveries.lock().unwrap();
+    assert_eq!(*deliveries, HashMap::from([(1, 1), (2, 1)]));
 }

@@ -264,6 +264,16 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::RetryTransaction { .. })
     }
+
+    /// Whether a statement gave up waiting for a lock (SQLSTATE 55P03, `lock_not_available`:
+    /// PostgreSQL's `lock_timeout` ran out, or `NOWAIT` found the row taken). Nothing was
+    /// changed by it; another transaction held what it needed.
+    pub fn is_lock_timeout(&self) -> bool {
+        match self {
+            Error::Database(sqlx::Error::Database(e)) => e.code().as_deref() == Some("55P03"),
+            _ => false,
+        }
+    }
 }
 
 /// How many characters of caller data (an operation key) an error message repeats.

@@ -276,6 +276,34 @@ fn lost_claims(claims: &[Claim], kept: &HashSet<Claim>) -> Vec<Claim> {
         .collect()
 }
 
+/// Run a fenced batch statement taking `($1 ids, $2 claim_versions[, $3 lease])` and returning
+/// the `(id, claim_version)` pairs it changed; returns the claims it did not change (lost).
+async fn fenced_batch_on<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    statement: &'static str,
+    claims: &[Claim],
+    lease: Option<Duration>,
+) -> Result<Vec<Claim>> {
+    if claims.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (ids, versions) = split_claims(claims);
+    let query = sqlx::query_as::<_, (i64, i64)>(statement)
+        .bind(ids)
+        .bind(versions);
+    let query = match lease {
+        Some(lease) => query.bind(micros(lease)),
+        None => query,
+    };
+    let changed: HashSet<Claim> = query
+        .fetch_all(executor)
+        .await?
+        .into_iter()
+        .map(|(id, claim_version)| Claim { id, claim_version })
+        .collect();
+    Ok(lost_claims(claims, &changed))
+}
+
 fn ownership(rows_affected: u64) -> Ownership {
     if rows_affected == 0 {
         Ownership::Lost
@@ -509,33 +537,14 @@ impl Store {
             .await
     }
 
-    /// Run a fenced batch statement taking `($1 ids, $2 claim_versions[, $3 lease])` and
-    /// returning the `(id, claim_version)` pairs it changed; returns the claims it did not
-    /// change (lost).
+    /// [`fenced_batch_on`] this store's pool.
     async fn fenced_batch(
         &self,
         statement: &'static str,
         claims: &[Claim],
         lease: Option<Duration>,
     ) -> Result<Vec<Claim>> {
-        if claims.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (ids, versions) = split_claims(claims);
-        let query = sqlx::query_as::<_, (i64, i64)>(statement)
-            .bind(ids)
-            .bind(versions);
-        let query = match lease {
-            Some(lease) => query.bind(micros(lease)),
-            None => query,
-        };
-        let changed: HashSet<Claim> = query
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(|(id, claim_version)| Claim { id, claim_version })
-            .collect();
-        Ok(lost_claims(claims, &changed))
+        fenced_batch_on(&self.pool, statement, claims, lease).await
     }
 
     /// Of `claims`, the ones an earlier completion by the very same claim already settled: the
@@ -592,6 +601,37 @@ impl Store {
     ) -> Result<Vec<Claim>> {
         self.fenced_batch(self.sql.renew_many, claims, Some(lease))
             .await
+    }
+
+    /// [`Store::renew_many_if_owned`], waiting at most `lock_wait` for any row another
+    /// transaction holds: past it the statement fails (a database error with SQLSTATE 55P03,
+    /// see [`crate::Error::is_lock_timeout`]) and renews nothing, instead of waiting for as long
+    /// as that transaction takes.
+    ///
+    /// For a renewer that must not stall behind one stuck statement: a completion being written
+    /// holds its rows until it commits, and a renewal that reached one of them (the claim was
+    /// still running when the renewal took its claims) would otherwise wait with it, every other
+    /// lease of the batch running down meanwhile. One more transaction round trip than
+    /// [`Store::renew_many_if_owned`].
+    pub async fn renew_many_if_owned_waiting_at_most(
+        &self,
+        claims: &[Claim],
+        lease: Duration,
+        lock_wait: Duration,
+    ) -> Result<Vec<Claim>> {
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.pool.begin().await?;
+        // Whole milliseconds, at least one: PostgreSQL reads 0 as "wait forever".
+        let millis = lock_wait.as_millis().clamp(1, i32::MAX as u128);
+        sqlx::query(sql::LOCK_WAIT)
+            .bind(millis.to_string())
+            .execute(&mut *tx)
+            .await?;
+        let lost = fenced_batch_on(&mut *tx, self.sql.renew_many, claims, Some(lease)).await?;
+        tx.commit().await?;
+        Ok(lost)
     }
 
     /// Record a failed attempt: back to pending after `retry_after`, or exhausted when

@@ -46,6 +46,8 @@ pub(crate) const COMPLETED_EARLIER: &str = include_str!("sql/completed_earlier.s
 pub(crate) const RENEW: &str = include_str!("sql/renew.sql");
 /// Fenced lease renewal of many claims.
 pub(crate) const RENEW_MANY: &str = include_str!("sql/renew_many.sql");
+/// A bound on lock waits for the rest of a transaction (no table: not templated).
+pub(crate) const LOCK_WAIT: &str = include_str!("sql/lock_wait.sql");
 /// Fenced failure with retry or exhaustion.
 pub(crate) const FAIL: &str = include_str!("sql/fail.sql");
 /// Fenced hand-back without charging the attempt.

@@ -7,10 +7,18 @@
 //! an error, while the leases run out there all the same. So the renewer also watches each
 //! claim's lease end by the local monotonic clock (see `inflight`), between renewals and while
 //! a renewal hangs, and tells the delivery once that end passed without a successful renewal.
+//!
+//! A renewal waits for a row lock at most half a renew interval ([`lock_wait`]). The lock it
+//! meets is nearly always a completion being written: the completer takes a claim out of the
+//! in-flight set before writing it, but a renewal that took the set a moment earlier still
+//! names that row. Waiting for it is harmless when the completion commits in milliseconds, and
+//! stalls every renewal when it does not (a completion stuck in the database): so the renewal
+//! gives up, and the next one, a tick later, no longer names the row.
 
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +27,12 @@ use super::Shared;
 use super::events::WorkerEvent;
 use super::inflight::local_lease_end;
 use crate::error::Result;
+
+/// The longest a renewal waits for a row another transaction holds: half the renew interval,
+/// so one that gives up still leaves the next tick on time.
+pub(crate) fn lock_wait(renew_every: Duration) -> Duration {
+    renew_every / 2
+}
 
 /// What one renewal pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -55,6 +69,12 @@ impl Renewer {
                 ),
                 Ok(c) if c.renewed > 0 => tracing::trace!(renewed = c.renewed, "leases renewed"),
                 Ok(_) => {}
+                Err(e) if e.is_lock_timeout() => tracing::warn!(
+                    worker = %self.shared.config.name,
+                    waited = ?lock_wait(every),
+                    "a renewal waited too long for a row another statement holds (usually a completion being written); \
+                     trying again next interval, without the claims that left meanwhile"
+                ),
                 Err(e) => {
                     tracing::warn!(error = %e, "renewing leases failed; trying again next interval")
                 }
@@ -113,7 +133,11 @@ impl Renewer {
         let lease_ends = local_lease_end(Instant::now(), shared.config.lease);
         let lost = shared
             .renew_store
-            .renew_many_if_owned(&claims, shared.config.lease)
+            .renew_many_if_owned_waiting_at_most(
+                &claims,
+                shared.config.lease,
+                lock_wait(shared.config.renew_every()),
+            )
             .await?;
         let renewed: Vec<_> = claims
             .iter()
