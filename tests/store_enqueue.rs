@@ -296,6 +296,15 @@ async fn payload_over_the_limit_is_refused_before_anything_is_written() {
         }
         other => panic!("expected PayloadTooLarge, got {other:?}"),
     }
+    // The limit itself is allowed: a payload of exactly 100 bytes is written.
+    let exact = Note {
+        text: "e".repeat(89),
+    };
+    assert_eq!(serde_json::to_vec(&exact).unwrap().len(), 100);
+    exact
+        .enqueue_with(&mut tx, "exact", &small_limit)
+        .await
+        .expect("a payload of exactly the limit is accepted");
     // The default limit is 256 KiB.
     let huge = Note {
         text: "y".repeat(300 * 1024),
@@ -310,11 +319,11 @@ async fn payload_over_the_limit_is_refused_before_anything_is_written() {
     just_fits.enqueue(&mut tx, "fits").await.unwrap();
     tx.commit().await.unwrap();
 
-    let keys: Vec<String> = sqlx::query_scalar("SELECT operation_key FROM outbox")
+    let keys: Vec<String> = sqlx::query_scalar("SELECT operation_key FROM outbox ORDER BY id")
         .fetch_all(db.pool())
         .await
         .unwrap();
-    assert_eq!(keys, vec!["fits".to_owned()]);
+    assert_eq!(keys, vec!["exact".to_owned(), "fits".to_owned()]);
 }
 
 #[tokio::test]
