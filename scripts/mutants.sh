@@ -25,7 +25,7 @@ shift || true
 case "$folder" in
   store)
     default_tests="store_fencing store_claim store_enqueue store_enqueue_attacks store_guards
-                   store_schema poison_isolation worker_batch"
+                   store_schema poison_isolation worker_batch testing_kit"
     ;;
   worker)
     default_tests="lib worker_batch worker_delivery worker_failures worker_lifecycle
