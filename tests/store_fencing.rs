@@ -256,6 +256,14 @@ async fn a_renewal_with_a_lock_wait_gives_up_on_a_held_row_and_changes_nothing()
         }
     };
     let before = leases(&db).await;
+    // Renew both for 10 minutes, waiting at most 100 ms for a row lock.
+    let renew = || {
+        store.renew_many_if_owned_waiting_at_most(
+            &claims,
+            Duration::from_secs(600),
+            Duration::from_millis(100),
+        )
+    };
 
     // Another transaction holds the second row (as a completion being written does).
     let mut holder = db.connect().await;
@@ -266,12 +274,7 @@ async fn a_renewal_with_a_lock_wait_gives_up_on_a_held_row_and_changes_nothing()
         .await
         .unwrap();
     let waited = std::time::Instant::now();
-    let error = store
-        .renew_many_if_owned_waiting_at_most(
-            &claims,
-            Duration::from_secs(600),
-            Duration::from_millis(100),
-        )
+    let error = renew()
         .await
         .expect_err("the renewal waited for the held row");
     assert!(error.is_lock_timeout(), "{error}");
@@ -284,14 +287,7 @@ async fn a_renewal_with_a_lock_wait_gives_up_on_a_held_row_and_changes_nothing()
 
     // Held no more: both renewed, and the lock wait did not outlive its transaction.
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
-    let lost = store
-        .renew_many_if_owned_waiting_at_most(
-            &claims,
-            Duration::from_secs(600),
-            Duration::from_millis(100),
-        )
-        .await
-        .unwrap();
+    let lost = renew().await.unwrap();
     assert!(lost.is_empty(), "{lost:?}");
     let after = leases(&db).await;
     assert!(after.iter().zip(&before).all(|(a, b)| a > b), "{after:?}");

@@ -496,6 +496,10 @@ async fn stick_completions(db: &TestDatabase) -> sqlx::PgConnection {
     blocker
 }
 
+/// Positive while a statement waits on the lock of [`stick_completions`].
+const COMPLETION_WAITING: &str =
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted";
+
 async fn unstick_completions(blocker: &mut sqlx::PgConnection) {
     sqlx::query("SELECT pg_advisory_unlock(4242)")
         .execute(blocker)
@@ -611,23 +615,12 @@ async fn shutdown_does_not_wait_forever_for_a_stuck_completion() {
         .await
         .unwrap();
     // A completion statement is waiting on the test's lock.
-    let started = Instant::now();
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
-        )
-        .fetch_one(db.pool())
-        .await
-        .unwrap();
-        if waiting > 0 {
-            break;
-        }
-        assert!(
-            started.elapsed() < WAIT,
-            "no completion reached the database"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_positive(
+        db.pool(),
+        COMPLETION_WAITING,
+        "a completion reaching the database",
+    )
+    .await;
 
     // Bounded by the two deadlines and the abort grace (2 s), with room for a loaded machine.
     let bound = Duration::from_secs(20);
@@ -760,7 +753,7 @@ async fn a_stuck_completion_does_not_stop_the_renewal_of_other_deliveries() {
     sink.go.notify_one();
     until_positive(
         db.pool(),
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+        COMPLETION_WAITING,
         "a completion reaching the database",
     )
     .await;

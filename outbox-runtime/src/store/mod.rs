@@ -611,8 +611,9 @@ impl Store {
     /// For a renewer that must not stall behind one stuck statement: a completion being written
     /// holds its rows until it commits, and a renewal that reached one of them (the claim was
     /// still running when the renewal took its claims) would otherwise wait with it, every other
-    /// lease of the batch running down meanwhile. One more transaction round trip than
-    /// [`Store::renew_many_if_owned`].
+    /// lease of the batch running down meanwhile. Four round trips (begin, the lock wait, the
+    /// renewal, commit) where [`Store::renew_many_if_owned`] takes one: for a renewer, which
+    /// runs once a renew interval, not for a hot path.
     pub async fn renew_many_if_owned_waiting_at_most(
         &self,
         claims: &[Claim],
