@@ -24,8 +24,8 @@ shift || true
 # MUTANTS_TESTS="lib store_fencing ..." overrides the list.
 case "$folder" in
   store)
-    default_tests="store_fencing store_claim store_enqueue store_enqueue_attacks store_guards
-                   store_schema poison_isolation worker_batch testing_kit"
+    default_tests="lib store_fencing store_claim store_enqueue store_enqueue_attacks store_guards
+                   store_schema poison_isolation worker_batch worker_ordering testing_kit"
     ;;
   worker)
     default_tests="lib worker_batch worker_delivery worker_failures worker_lifecycle
@@ -61,26 +61,34 @@ packages=(--package outbox-runtime --package outbox-workspace)
 # The unmutated tree is tested first, here, with the same selection: a red baseline, or
 # arguments the test tool rejects, would otherwise count every mutant as caught. (cargo-mutants'
 # own baseline builds only the mutated package's tests, where the selected binaries are not.)
-case " $* " in
-  *" --list "*) ;;
-  *)
-    if [ "$tool" = nextest ]; then run=(nextest run); else run=(test); fi
-    echo "baseline: cargo ${run[*]} on the unmutated tree" >&2
-    cargo "${run[@]}" --locked "${packages[@]}" "${targets[@]}" "${parallel[@]}" -- "${skips[@]}" \
-      || { echo "the unmutated tree fails its tests; no mutant was run" >&2; exit 1; }
-    ;;
-esac
-mkdir -p "target/mutants/$folder"
+# MUTANTS_BASELINE_PASSED=1 skips it, for a loop that runs it once and then the folder's files
+# one run each (MUTANTS_OUTPUT keeps each run's results apart).
+if [[ " $* " == *" --list "* ]]; then
+  :
+elif [ "${MUTANTS_BASELINE_PASSED:-}" = 1 ]; then
+  echo "baseline: skipped (MUTANTS_BASELINE_PASSED=1)" >&2
+else
+  if [ "$tool" = nextest ]; then run=(nextest run); else run=(test); fi
+  echo "baseline: cargo ${run[*]} on the unmutated tree" >&2
+  cargo "${run[@]}" --locked "${packages[@]}" "${targets[@]}" "${parallel[@]}" -- "${skips[@]}" \
+    || { echo "the unmutated tree fails its tests; no mutant was run" >&2; exit 1; }
+fi
+# The whole folder, unless the arguments name files of it (cargo-mutants adds --file globs up,
+# so the folder's glob would take the others back in).
+files=(--file "outbox-runtime/src/$folder/*.rs")
+if [[ " $* " == *" --file "* || " $* " == *" -f "* ]]; then files=(); fi
+output="${MUTANTS_OUTPUT:-target/mutants/$folder}"
+mkdir -p "$output"
 exec cargo mutants \
   --in-place \
   --baseline skip \
   --package outbox-runtime \
   --test-package outbox-runtime --test-package outbox-workspace \
-  --file "outbox-runtime/src/$folder/*.rs" \
+  "${files[@]}" \
   --test-tool "$tool" \
   --timeout "${MUTANTS_TEST_TIMEOUT:-300}" \
   --build-timeout "${MUTANTS_BUILD_TIMEOUT:-900}" \
-  --output "target/mutants/$folder" \
+  --output "$output" \
   "${selection[@]}" "${parallel[@]/#/--cargo-test-arg=}" \
   "$@" \
   -- -- "${skips[@]}"

@@ -541,6 +541,24 @@ mod drift {
     pub struct NoRegistry {
         pub total_cents: i64,
     }
+
+    #[derive(Debug, Serialize, Deserialize, JsonSchema, Event)]
+    #[outbox(name = "drift.registry_denied", version = 1)]
+    pub struct RegistryDenied {
+        pub total_cents: i64,
+    }
+
+    #[derive(Debug, Serialize, Deserialize, JsonSchema, Event)]
+    #[outbox(name = "drift.kept_agreed", version = 1)]
+    pub struct KeptAgreed {
+        pub total_cents: i64,
+    }
+
+    #[derive(Debug, Serialize, Deserialize, JsonSchema, Event)]
+    #[outbox(name = "drift.kept_unregistered", version = 1)]
+    pub struct KeptUnregistered {
+        pub total_cents: i64,
+    }
 }
 
 /// Registers `contract` in the database's registry with `fingerprint`, as a generated migration
@@ -635,4 +653,91 @@ async fn a_missing_registry_is_a_clear_error_and_the_transaction_still_commits()
     tx.commit().await.unwrap();
     assert_eq!(count_orders(db.pool()).await, 1);
     assert_eq!(count_rows(db.pool()).await, 0);
+}
+
+/// A role that may write events but not read the registry gets an error that names the grant,
+/// and its business transaction goes on.
+#[tokio::test]
+async fn a_registry_the_role_may_not_read_is_a_clear_error_and_the_transaction_still_commits() {
+    let db = TestDatabase::new().await;
+    create_orders(db.pool()).await;
+    let role = format!("noreg_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE ROLE {role}; \
+         GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}; \
+         GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}; \
+         REVOKE ALL ON outbox_contracts FROM {role}"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+
+    let mut tx = db.pool().begin().await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("SET LOCAL ROLE {role}")))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    place_order(&mut tx, "o-denied", 1).await;
+    let refused = drift::RegistryDenied { total_cents: 1 }
+        .enqueue(&mut tx, "k")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("may not read the contract registry `outbox_contracts`")
+            && refused.contains("outbox grants --enqueuer"),
+        "{refused}"
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(count_orders(db.pool()).await, 1);
+    assert_eq!(count_rows(db.pool()).await, 0);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP OWNED BY {role}; DROP ROLE {role}"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+}
+
+/// The registry is read once per event type and process: once an enqueue has found the type
+/// registered with its shape, or not registered (for `RECHECK_UNREGISTERED`), later enqueues
+/// run no statement against it. Dropping the registry after the first enqueue shows it: a read
+/// would now fail with "does not exist".
+#[tokio::test]
+async fn the_registry_is_read_by_the_first_enqueue_of_a_type_only() {
+    let db = TestDatabase::new().await;
+    let agreed = drift::KeptAgreed::contract();
+    register(db.pool(), &agreed, &agreed.fingerprint()).await;
+    let mut tx = db.pool().begin().await.unwrap();
+    drift::KeptAgreed { total_cents: 1 }
+        .enqueue(&mut tx, "agreed-1")
+        .await
+        .unwrap();
+    drift::KeptUnregistered { total_cents: 1 }
+        .enqueue(&mut tx, "unregistered-1")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    sqlx::query("DROP TABLE outbox_contracts")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let mut tx = db.pool().begin().await.unwrap();
+    let agreed_again = drift::KeptAgreed { total_cents: 2 }
+        .enqueue(&mut tx, "agreed-2")
+        .await;
+    let unregistered_again = drift::KeptUnregistered { total_cents: 2 }
+        .enqueue(&mut tx, "unregistered-2")
+        .await;
+    assert!(
+        agreed_again.is_ok(),
+        "the agreeing verdict was not kept: {agreed_again:?}"
+    );
+    assert!(
+        unregistered_again.is_ok(),
+        "the not-registered verdict was not kept: {unregistered_again:?}"
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(count_rows(db.pool()).await, 4);
 }

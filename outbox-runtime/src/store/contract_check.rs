@@ -53,10 +53,20 @@ fn trusted<E: Event>() -> bool {
     let map = verdicts()
         .read()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    match map.get(&TypeId::of::<E>()) {
-        Some(Verdict::Agrees) => true,
-        Some(Verdict::Unregistered { read_at }) => read_at.elapsed() < RECHECK_UNREGISTERED,
-        None => false,
+    map.get(&TypeId::of::<E>())
+        .is_some_and(|verdict| verdict.still_trusted_at(Instant::now()))
+}
+
+impl Verdict {
+    /// Whether this verdict still stands at `now`: an agreement always, a "not registered"
+    /// for [`RECHECK_UNREGISTERED`] after the read that gave it.
+    fn still_trusted_at(self, now: Instant) -> bool {
+        match self {
+            Verdict::Agrees => true,
+            Verdict::Unregistered { read_at } => {
+                now.saturating_duration_since(read_at) < RECHECK_UNREGISTERED
+            }
+        }
     }
 }
 
@@ -145,5 +155,28 @@ fn unreadable_registry(error: sqlx::Error) -> Error {
                 .to_owned(),
         ),
         _ => Error::Database(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_not_registered_verdict_is_trusted_until_the_recheck_interval_has_passed() {
+        let read_at = Instant::now();
+        let unregistered = Verdict::Unregistered { read_at };
+        assert!(unregistered.still_trusted_at(read_at));
+        let just_before = read_at + RECHECK_UNREGISTERED - Duration::from_millis(1);
+        assert!(unregistered.still_trusted_at(just_before));
+        assert!(!unregistered.still_trusted_at(read_at + RECHECK_UNREGISTERED));
+        assert!(!unregistered.still_trusted_at(read_at + RECHECK_UNREGISTERED * 10));
+    }
+
+    #[test]
+    fn an_agreeing_verdict_is_trusted_for_the_life_of_the_process() {
+        let now = Instant::now();
+        assert!(Verdict::Agrees.still_trusted_at(now));
+        assert!(Verdict::Agrees.still_trusted_at(now + Duration::from_secs(86_400 * 365)));
     }
 }
