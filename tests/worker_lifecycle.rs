@@ -104,6 +104,10 @@ async fn shutdown_lets_running_deliveries_finish() {
         receiver.started() == 4
     })
     .await;
+    assert!(
+        !worker.is_stopped(),
+        "a worker with four deliveries running says it has stopped"
+    );
     worker.shutdown().await;
     assert!(worker.is_stopped());
     assert_eq!(
