@@ -479,3 +479,38 @@ async fn outbox_tables_in_two_schemas_each_get_their_own_maintenance_leader() {
         w.shutdown().await;
     }
 }
+
+/// Dropping the handle starts the same shutdown in the background: the worker's sessions
+/// (claimer, renewer, completer, listener, maintenance) all close, with no one left to call
+/// `shutdown`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_handle_shuts_the_worker_down() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    let receiver = Receiver::new(pool.clone(), "w", Knobs::default());
+    let worker = Worker::builder(pool.clone(), receiver)
+        .name("dropped")
+        .start()
+        .await
+        .unwrap();
+    let sessions = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND application_name LIKE 'outbox-% dropped'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    wait_until(WAIT, "the worker's sessions open", || async {
+        sessions().await > 0
+    })
+    .await;
+    drop(worker);
+    wait_until(
+        WAIT,
+        "every session of the dropped worker closed",
+        || async { sessions().await == 0 },
+    )
+    .await;
+}
