@@ -253,6 +253,65 @@ async fn batch_chunks_never_exceed_the_concurrency() {
     );
 }
 
+/// A sink whose calls all wait until `n` of them are running: every claim is in flight, and
+/// every completion reaches the completer at once, before any is written.
+struct TogetherSink {
+    all_running: tokio::sync::Barrier,
+}
+
+impl Sink for TogetherSink {
+    fn deliver<'a>(
+        &'a self,
+        _event: &'a ClaimedEvent,
+        _delivery: &'a Delivery,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            self.all_running.wait().await;
+            Ok(())
+        })
+    }
+}
+
+/// A completion statement never carries more than `completion_batch` claims, even when more
+/// completions are waiting and the worker holds more claims than that: the batch is written as
+/// soon as it is full, not at the flush deadline (30 s here) and not one completion later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_batch_never_exceeds_its_size() {
+    const EVENTS: usize = 6;
+    const BATCH: usize = 2;
+    let db = TestDatabase::new().await;
+    insert_events(db.pool(), EVENTS as i64).await;
+    let (tx, mut events) = mpsc::unbounded_channel();
+    let sink = Arc::new(TogetherSink {
+        all_running: tokio::sync::Barrier::new(EVENTS),
+    });
+    let worker = Worker::builder(db.pool().clone(), sink)
+        .concurrency(EVENTS)
+        .completion_batch(BATCH, Duration::from_secs(30))
+        .events(tx)
+        .start()
+        .await
+        .unwrap();
+    let mut sizes = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while sizes.iter().sum::<usize>() < EVENTS {
+        let event = tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .unwrap_or_else(|_| panic!("completion batches {sizes:?} after {WAIT:?}"))
+            .expect("the worker's event channel closed");
+        if let WorkerEvent::CompletedBatch { completed, stale } = event {
+            assert!(stale.is_empty(), "stale completions {stale:?}");
+            sizes.push(completed.len());
+        }
+    }
+    worker.shutdown().await;
+    assert!(
+        sizes.iter().all(|&n| (1..=BATCH).contains(&n)),
+        "completion batches {sizes:?} with a batch size of {BATCH}"
+    );
+    assert_eq!(count(db.pool(), "delivered").await, EVENTS as i64);
+}
+
 /// With a sink much faster than a claim, the worker claims beyond its free slots: claims larger
 /// than the concurrency.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
