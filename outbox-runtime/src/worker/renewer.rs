@@ -34,6 +34,14 @@ pub(crate) fn lock_wait(renew_every: Duration) -> Duration {
     renew_every / 2
 }
 
+/// When to look at the local lease ends next: at the earliest one, and no later than `at_most`
+/// from `now` (claims registered meanwhile end later than that). Never before `now` unless a
+/// lease has already ended: a wake-up time in the past would make the renewer's loop spin.
+fn next_check(now: Instant, earliest_lease_end: Option<Instant>, at_most: Duration) -> Instant {
+    let latest = now + at_most;
+    earliest_lease_end.map_or(latest, |end| end.min(latest))
+}
+
 /// What one renewal pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct RenewCounts {
@@ -91,10 +99,11 @@ impl Renewer {
         // interval finds every end in time.
         let at_most = self.shared.config.renew_every();
         loop {
-            let check_at = match self.shared.inflight.next_lease_end() {
-                Some(end) => end.min(Instant::now() + at_most),
-                None => Instant::now() + at_most,
-            };
+            let check_at = next_check(
+                Instant::now(),
+                self.shared.inflight.next_lease_end(),
+                at_most,
+            );
             tokio::select! {
                 biased;
                 out = &mut work => return out,
@@ -163,5 +172,23 @@ impl Renewer {
             shared.hook.emit(|| WorkerEvent::Renewed(counts.renewed));
         }
         Ok(counts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_check_is_the_earliest_lease_end_within_one_interval() {
+        let now = Instant::now();
+        let interval = Duration::from_secs(10);
+        assert_eq!(next_check(now, None, interval), now + interval);
+        let soon = now + Duration::from_secs(3);
+        assert_eq!(next_check(now, Some(soon), interval), soon);
+        let later = now + Duration::from_secs(25);
+        assert_eq!(next_check(now, Some(later), interval), now + interval);
+        // A lease that ends now is looked at now.
+        assert_eq!(next_check(now, Some(now), interval), now);
     }
 }
