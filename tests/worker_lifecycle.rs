@@ -245,8 +245,11 @@ async fn the_renewer_tells_a_handler_its_lease_was_lost() {
         stop_on_lease_lost: true,
         ..Default::default()
     };
+    // A lease long enough that the local clock would not end it during the test (108 s, see
+    // `inflight`): the handler can only hear of the loss from a renewal.
+    let lease = Duration::from_secs(120);
     let worker = Worker::builder(pool.clone(), Receiver::new(pool.clone(), "w", knobs))
-        .lease(Duration::from_secs(3))
+        .lease(lease)
         .renew_interval(Duration::from_millis(200))
         .maintenance(false)
         .events(tx)
@@ -257,6 +260,7 @@ async fn the_renewer_tells_a_handler_its_lease_was_lost() {
         matches!(e, WorkerEvent::ClaimedBatch(_))
     })
     .await;
+    let claimed = std::time::Instant::now();
     // Another claim takes the row (as after recovery): the fencing token moves on.
     sqlx::query("UPDATE outbox SET claim_version = claim_version + 1, claimed_by = 'thief'")
         .execute(&pool)
@@ -266,6 +270,10 @@ async fn the_renewer_tells_a_handler_its_lease_was_lost() {
         matches!(e, WorkerEvent::LeaseLost(_))
     })
     .await;
+    assert!(
+        claimed.elapsed() < lease - lease / 10,
+        "the handler was told only when the lease ended by the local clock, not by the renewal"
+    );
     wait_until(WAIT, "the handler stopped", || async {
         received(&pool).await.len() == 1
     })
