@@ -121,5 +121,19 @@ mod tests {
             pace.delivered(Duration::from_millis(100));
         }
         assert!(pace.window(64, 512) <= 2, "{}", pace.window(64, 512));
+        // And back: once the sink is fast again, the window grows back to the bound.
+        for _ in 0..200 {
+            pace.delivered(Duration::from_micros(10));
+        }
+        assert_eq!(pace.window(64, 512), 512);
+    }
+
+    #[test]
+    fn a_sample_moves_the_average_a_tenth_of_the_way() {
+        assert_eq!(mix(None, 4.0), Some(4.0));
+        let moved = mix(Some(10.0), 20.0).unwrap();
+        assert!((moved - 11.0).abs() < 1e-9, "{moved}");
+        let moved = mix(Some(10.0), 0.0).unwrap();
+        assert!((moved - 9.0).abs() < 1e-9, "{moved}");
     }
 }
