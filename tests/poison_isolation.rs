@@ -521,6 +521,53 @@ async fn a_workers_maintenance_applies_its_retry_policy_to_expired_leases() {
     );
 }
 
+/// An expired lease on the last attempt is exhausted by maintenance, and the pass reports it
+/// as exhausted, not requeued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_exhausts_an_expired_lease_on_its_last_attempt_and_says_so() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    enqueue_jobs_with_attempts(&pool, 0, 1, 1).await;
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    // The handler outlives its unrenewed lease, like a worker that stalls on this payload.
+    let knobs = Knobs {
+        delay: Duration::from_secs(3),
+        ..Default::default()
+    };
+    let worker = Worker::builder(pool.clone(), Receiver::new(pool.clone(), "w", knobs))
+        .lease(Duration::from_millis(300))
+        .renewal(false)
+        .maintenance_interval(Duration::from_millis(100))
+        .poll_interval(Duration::from_millis(50))
+        .events(tx)
+        .start()
+        .await
+        .unwrap();
+    wait_event(
+        &mut events,
+        Duration::from_secs(20),
+        "a maintenance pass that exhausted the expired lease",
+        |e| {
+            matches!(
+                e,
+                WorkerEvent::MaintenanceRan {
+                    requeued: 0,
+                    exhausted: 1,
+                    ..
+                }
+            )
+        },
+    )
+    .await;
+    let row = rows(&pool).await.remove(0);
+    worker.shutdown().await;
+    assert_eq!(
+        (row.status.as_str(), row.attempts, row.lease_expiries),
+        ("exhausted", 1, 1),
+        "{row:?}"
+    );
+}
+
 #[tokio::test]
 async fn an_undecodable_row_whose_lease_already_ended_is_left_to_recovery() {
     let db = database().await;
