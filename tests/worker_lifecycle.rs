@@ -488,6 +488,18 @@ async fn outbox_tables_in_two_schemas_each_get_their_own_maintenance_leader() {
     }
 }
 
+/// Sessions of the worker named `worker` open in the test's database.
+async fn open_sessions(pool: &sqlx::PgPool, worker: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND application_name LIKE 'outbox-% ' || $1",
+    )
+    .bind(worker)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
 /// Dropping the handle starts the same shutdown in the background: the worker's sessions
 /// (claimer, renewer, completer, listener, maintenance) all close, with no one left to call
 /// `shutdown`.
@@ -501,24 +513,43 @@ async fn dropping_the_handle_shuts_the_worker_down() {
         .start()
         .await
         .unwrap();
-    let sessions = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND application_name LIKE 'outbox-% dropped'",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap()
-    };
     wait_until(WAIT, "the worker's sessions open", || async {
-        sessions().await > 0
+        open_sessions(&pool, "dropped").await > 0
     })
     .await;
     drop(worker);
     wait_until(
         WAIT,
         "every session of the dropped worker closed",
-        || async { sessions().await == 0 },
+        || async { open_sessions(&pool, "dropped").await == 0 },
     )
     .await;
+}
+
+/// A worker that has shut down holds no session, though its handle (and so its pools) is still
+/// alive: the service's connection limit is not spent on a stopped worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_every_session_of_the_worker() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    enqueue_jobs(&pool, 0, 20, false).await;
+    let receiver = Receiver::new(pool.clone(), "w", Knobs::default());
+    let worker = Worker::builder(pool.clone(), receiver)
+        .name("stopping")
+        .start()
+        .await
+        .unwrap();
+    wait_until(WAIT, "the jobs are delivered", || async {
+        count_status(&pool, "delivered").await == 20
+    })
+    .await;
+    assert!(open_sessions(&pool, "stopping").await > 0);
+    worker.shutdown().await;
+    wait_until(
+        WAIT,
+        "every session of the stopped worker closed",
+        || async { open_sessions(&pool, "stopping").await == 0 },
+    )
+    .await;
+    assert!(worker.is_stopped());
 }

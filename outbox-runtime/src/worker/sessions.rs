@@ -144,5 +144,10 @@ mod tests {
         let name = application_name(SessionRole::Maintenance, &long);
         assert!(name.len() <= MAX_APPLICATION_NAME, "{}", name.len());
         assert!(name.starts_with("outbox-maintenance "));
+        // Byte 63 falls inside a character here: the name is cut before that character.
+        let odd = format!("a{long}");
+        let name = application_name(SessionRole::Maintenance, &odd);
+        assert_eq!(name.len(), MAX_APPLICATION_NAME - 1);
+        assert!(name.ends_with('é'));
     }
 }
