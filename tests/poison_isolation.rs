@@ -568,6 +568,79 @@ async fn maintenance_exhausts_an_expired_lease_on_its_last_attempt_and_says_so()
     );
 }
 
+/// A maintenance pass does not stop at one batch: it keeps recovering and purging, a batch a
+/// statement, until a statement finds less than a batch (up to ten statements of each kind), and
+/// its counts add every statement up. 25 expired leases on their last attempt and 25 delivered
+/// rows past retention, with batches of 10: one pass handles all 50.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_maintenance_pass_recovers_and_purges_more_than_a_batch() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    let store = Store::new(pool.clone());
+    enqueue_jobs_with_attempts(&pool, 0, 25, 1).await;
+    let claimed = store
+        .claim_batch("gone", 25, Duration::from_secs(30), false)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 25);
+    sqlx::query("UPDATE outbox SET lease_until = now() - interval '1 second'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    enqueue_jobs(&pool, 25, 50, false).await;
+    sqlx::query(
+        "UPDATE outbox SET status = 'delivered', delivered_at = now() - interval '1 hour'
+         WHERE status = 'pending'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::builder(
+        pool.clone(),
+        Receiver::new(pool.clone(), "w", Knobs::default()),
+    )
+    .maintenance_batch(10)
+    .maintenance_interval(Duration::from_secs(2))
+    .retention(Some(Duration::from_secs(60)))
+    .events(tx)
+    .start()
+    .await
+    .unwrap();
+    let mut first_pass = None;
+    wait_event(
+        &mut events,
+        Duration::from_secs(20),
+        "a maintenance pass",
+        |e| {
+            if let WorkerEvent::MaintenanceRan { .. } = e {
+                first_pass = Some(e.clone());
+                true
+            } else {
+                false
+            }
+        },
+    )
+    .await;
+    worker.shutdown().await;
+    assert_eq!(
+        first_pass,
+        Some(WorkerEvent::MaintenanceRan {
+            requeued: 0,
+            exhausted: 25,
+            purged: 25
+        })
+    );
+    let left: Vec<String> = sqlx::query_scalar("SELECT status FROM outbox")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert!(
+        left.len() == 25 && left.iter().all(|s| s == "exhausted"),
+        "{left:?}"
+    );
+}
+
 #[tokio::test]
 async fn an_undecodable_row_whose_lease_already_ended_is_left_to_recovery() {
     let db = database().await;
