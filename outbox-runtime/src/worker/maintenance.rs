@@ -51,6 +51,12 @@ pub(crate) struct MaintenanceCounts {
     pub(crate) purged: u64,
 }
 
+/// The batch after a failed statement: half of `batch`, but not below [`MIN_BATCH`] (or the
+/// configured batch, when that is smaller still).
+fn halved(batch: i64, configured: i64) -> i64 {
+    (batch / 2).max(MIN_BATCH.min(configured))
+}
+
 pub(crate) struct Maintenance {
     pub(crate) shared: Arc<Shared>,
     conn: Option<PgConnection>,
@@ -199,7 +205,7 @@ impl Maintenance {
     }
 
     fn batch_failed(&mut self) {
-        self.batch = (self.batch / 2).max(MIN_BATCH.min(self.shared.config.maintenance_batch));
+        self.batch = halved(self.batch, self.shared.config.maintenance_batch);
     }
 
     fn batch_succeeded(&mut self) {
@@ -260,5 +266,20 @@ impl Maintenance {
             let _ = conn.close().await;
         }
         self.leader = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_batch_is_halved_down_to_the_floor() {
+        assert_eq!(halved(1000, 1000), 500);
+        assert_eq!(halved(500, 1000), 250);
+        assert_eq!(halved(15, 1000), MIN_BATCH);
+        assert_eq!(halved(MIN_BATCH, 1000), MIN_BATCH);
+        // A configured batch below the floor is its own floor.
+        assert_eq!(halved(4, 4), 4);
     }
 }
