@@ -641,6 +641,99 @@ async fn one_maintenance_pass_recovers_and_purges_more_than_a_batch() {
     );
 }
 
+/// After a failed maintenance statement the next one is half a batch (a slow database is not
+/// hammered with statements that time out), and once one succeeds the batch is whole again; a
+/// statement that finds less than a batch ends the pass's recovery. Triggers make the first
+/// pass's recovery fail and record the size of every recovery statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_recovery_halves_the_next_batch_and_a_success_restores_it() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    let store = Store::new(pool.clone());
+    enqueue_jobs_with_attempts(&pool, 0, 50, 1).await;
+    store
+        .claim_batch("gone", 50, Duration::from_secs(30), false)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE outbox SET lease_until = now() - interval '1 second'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::raw_sql(
+        "CREATE TABLE fail_recovery (on_ boolean);
+         INSERT INTO fail_recovery VALUES (true);
+         CREATE SEQUENCE failed_recoveries;
+         CREATE TABLE recovery_sizes (n bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+         CREATE FUNCTION fail_recovery() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF EXISTS (SELECT 1 FROM fail_recovery) AND NEW.lease_expiries > OLD.lease_expiries THEN
+                 PERFORM nextval('failed_recoveries');
+                 RAISE EXCEPTION 'recovery fails on purpose';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER fail_recovery BEFORE UPDATE ON outbox
+             FOR EACH ROW EXECUTE FUNCTION fail_recovery();
+         CREATE FUNCTION record_recovery() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF current_query() LIKE '%lease_expiries = o.lease_expiries + 1%' THEN
+                 INSERT INTO recovery_sizes (n) SELECT count(*) FROM new_rows;
+             END IF;
+             RETURN NULL;
+         END $$;
+         CREATE TRIGGER record_recovery AFTER UPDATE ON outbox
+             REFERENCING NEW TABLE AS new_rows
+             FOR EACH STATEMENT EXECUTE FUNCTION record_recovery();",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::builder(
+        pool.clone(),
+        Receiver::new(pool.clone(), "w", Knobs::default()),
+    )
+    .maintenance_batch(30)
+    .maintenance_interval(Duration::from_secs(3))
+    .events(tx)
+    .start()
+    .await
+    .unwrap();
+    wait_until(
+        Duration::from_secs(20),
+        "the first recovery failed",
+        || async {
+            sqlx::query_scalar::<_, bool>("SELECT is_called FROM failed_recoveries")
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+    sqlx::query("DELETE FROM fail_recovery")
+        .execute(&pool)
+        .await
+        .unwrap();
+    wait_event(
+        &mut events,
+        Duration::from_secs(20),
+        "the next maintenance pass",
+        |e| matches!(e, WorkerEvent::MaintenanceRan { .. }),
+    )
+    .await;
+    // The pass after the next starts a maintenance interval (3 s) later.
+    let sizes: Vec<i64> = sqlx::query_scalar("SELECT n FROM recovery_sizes ORDER BY at")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    worker.shutdown().await;
+    assert_eq!(
+        sizes,
+        vec![15, 30, 5],
+        "recovery statements after the failure: half a batch, then whole ones, until one finds less"
+    );
+}
+
 #[tokio::test]
 async fn an_undecodable_row_whose_lease_already_ended_is_left_to_recovery() {
     let db = database().await;
