@@ -401,3 +401,65 @@ async fn a_completion_whose_answer_was_lost_counts_as_delivered_not_stale() {
 async fn a_deleting_completion_whose_answer_was_lost_counts_as_delivered_not_stale() {
     completion_whose_answer_was_lost(Some(Duration::ZERO), b"USING unnest(").await;
 }
+
+/// The other side of the lost answer: the claim was taken by another worker before the
+/// completion was written, so the first write completed nothing, and then its answer was lost
+/// too. The retry finds the claim gone; the check for an earlier write must not turn that into
+/// a delivery: it stays stale, and the row stays the other worker's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_completion_whose_answer_was_lost_stays_stale() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    enqueue_jobs(&pool, 0, 1, false).await;
+    let proxy = Proxy::start(db.connect_options()).await;
+    let worker_pool = proxy.pool(db.connect_options(), 4).await;
+    proxy.lose_reply_to(b"SET status = 'delivered'");
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    // The handler takes long enough for the test to steal its claim first.
+    let knobs = Knobs {
+        delay: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let worker = Worker::builder(worker_pool, Receiver::new(pool.clone(), "w", knobs))
+        .maintenance(false)
+        .listen(false)
+        .renewal(false)
+        .poll_interval(Duration::from_secs(120))
+        .events(tx)
+        .start()
+        .await
+        .unwrap();
+    wait_event(&mut events, WAIT, "the claim", |e| {
+        matches!(e, WorkerEvent::ClaimedBatch(_))
+    })
+    .await;
+    sqlx::query("UPDATE outbox SET claim_version = claim_version + 1, claimed_by = 'thief'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let outcome = wait_event(&mut events, WAIT, "the completion's outcome", |e| {
+        matches!(e, WorkerEvent::CompletedBatch { .. })
+    })
+    .await;
+    assert_eq!(
+        proxy.replies_lost(),
+        1,
+        "the first completion's answer was thrown away"
+    );
+    let WorkerEvent::CompletedBatch { completed, stale } = outcome else {
+        unreachable!()
+    };
+    assert_eq!(
+        (completed.len(), stale.len()),
+        (0, 1),
+        "completed {completed:?}, stale {stale:?}"
+    );
+    worker.shutdown().await;
+    let c = worker.counters();
+    assert_eq!((c.delivered, c.stale_completions), (0, 1), "{c:?}");
+    let row = rows(&pool).await.remove(0);
+    assert_eq!(
+        (row.status.as_str(), row.claimed_by.as_deref()),
+        ("processing", Some("thief"))
+    );
+}
