@@ -94,3 +94,14 @@ async fn connect(pool: &sqlx::Pool<Postgres>, channel: &str) -> Result<PgListene
     listener.listen(channel).await?;
     Ok(listener)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_listen_session_is_named_like_every_other_session_of_the_worker() {
+        assert_eq!(
+            super::application_name("billing-1"),
+            "outbox-listener billing-1"
+        );
+    }
+}
