@@ -553,3 +553,30 @@ async fn shutdown_closes_every_session_of_the_worker() {
     .await;
     assert!(worker.is_stopped());
 }
+
+/// `run_until` starts the worker, delivers until the signal, shuts down, and returns what the
+/// worker counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_until_delivers_until_the_signal_and_returns_the_counts() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    enqueue_jobs(&pool, 0, 12, false).await;
+    let receiver = Receiver::new(pool.clone(), "w", Knobs::default());
+    let all_delivered = {
+        let pool = pool.clone();
+        async move {
+            wait_until(WAIT, "every job delivered", || async {
+                count_status(&pool, "delivered").await == 12
+            })
+            .await;
+        }
+    };
+    let counts = Worker::builder(pool.clone(), receiver)
+        .build()
+        .unwrap()
+        .run_until(all_delivered)
+        .await
+        .unwrap();
+    assert_eq!(counts.delivered, 12, "{counts:?}");
+    assert_eq!(received(&pool).await.len(), 12);
+}
