@@ -307,6 +307,93 @@ mod tests {
         }
     }
 
+    /// The error `change` makes `validate` return, or panics if it is accepted.
+    fn refused(change: impl FnOnce(&mut WorkerConfig)) -> String {
+        let mut c = WorkerConfig::new("outbox");
+        change(&mut c);
+        match c.validate() {
+            Err(e) => e.to_string(),
+            Ok(()) => panic!("accepted: {c:?}"),
+        }
+    }
+
+    /// Panics with the error if `change` makes the configuration invalid.
+    fn accepted(change: impl FnOnce(&mut WorkerConfig)) {
+        let mut c = WorkerConfig::new("outbox");
+        change(&mut c);
+        if let Err(e) = c.validate() {
+            panic!("refused: {e} ({c:?})");
+        }
+    }
+
+    /// Every knob is refused just past its limit, named in the error, and accepted at it.
+    #[test]
+    fn every_knob_is_checked_at_its_boundary() {
+        assert!(refused(|c| c.name = "  ".into()).contains("worker name"));
+        accepted(|c| c.name = "w".into());
+        assert!(refused(|c| c.table = "Bad-Name".into()).contains("Bad-Name"));
+        assert!(refused(|c| c.batch_size = 0).contains("batch_size"));
+        accepted(|c| c.batch_size = 1);
+        accepted(|c| c.concurrency = 1);
+        // concurrency plus prefetch at most MAX_HELD, checked without overflowing.
+        accepted(|c| (c.concurrency, c.prefetch) = (MAX_HELD, 0));
+        assert!(refused(|c| (c.concurrency, c.prefetch) = (MAX_HELD + 1, 0)).contains("prefetch"));
+        accepted(|c| (c.concurrency, c.prefetch) = (64, MAX_HELD - 64));
+        assert!(
+            refused(|c| (c.concurrency, c.prefetch) = (64, MAX_HELD - 63)).contains("prefetch")
+        );
+        accepted(|c| c.lease = Duration::from_millis(200));
+        assert!(refused(|c| c.lease = Duration::from_millis(199)).contains("200 ms"));
+        // Without renewal, the renewal interval is not used, so it is not checked.
+        accepted(|c| (c.renewal, c.renew_interval) = (false, Some(c.lease)));
+        accepted(|c| (c.renewal, c.renew_interval) = (false, Some(Duration::ZERO)));
+        assert!(refused(|c| c.renew_interval = Some(Duration::ZERO)).contains("greater than zero"));
+        assert!(refused(|c| c.poll_interval = Duration::ZERO).contains("poll_interval"));
+        accepted(|c| c.poll_interval = Duration::from_nanos(1));
+        assert!(
+            refused(|c| c.maintenance_interval = Duration::ZERO).contains("maintenance_interval")
+        );
+        accepted(|c| c.maintenance_interval = Duration::from_nanos(1));
+        assert!(refused(|c| c.maintenance_batch = 0).contains("maintenance_batch"));
+        accepted(|c| c.maintenance_batch = 1);
+        assert!(refused(|c| c.completion_batch = 0).contains("completion_batch"));
+        accepted(|c| c.completion_batch = 1);
+        assert!(refused(|c| c.retry.base = Duration::ZERO).contains("retry.base"));
+        assert!(refused(|c| c.retry.max = c.retry.base / 2).contains("retry.max"));
+        accepted(|c| c.retry.max = c.retry.base);
+    }
+
+    #[test]
+    fn the_renewal_interval_defaults_to_a_third_of_the_lease() {
+        let mut c = WorkerConfig::new("outbox");
+        c.lease = Duration::from_secs(30);
+        assert_eq!(c.renew_every(), Duration::from_secs(10));
+        c.renew_interval = Some(Duration::from_secs(4));
+        assert_eq!(c.renew_every(), Duration::from_secs(4));
+    }
+
+    #[test]
+    fn only_a_retention_of_zero_deletes_on_completion() {
+        let mut c = WorkerConfig::new("outbox");
+        c.retention = Some(Duration::ZERO);
+        assert!(c.deletes_on_completion());
+        c.retention = Some(Duration::from_secs(1));
+        assert!(!c.deletes_on_completion());
+        c.retention = None;
+        assert!(!c.deletes_on_completion());
+    }
+
+    #[test]
+    fn default_worker_names_are_host_pid_and_six_hex_digits() {
+        let name = default_worker_name();
+        let (rest, suffix) = name.rsplit_once('-').unwrap();
+        assert_eq!(suffix.len(), 6, "{name}");
+        assert!(suffix.chars().all(|c| c.is_ascii_hexdigit()), "{name}");
+        let (host, pid) = rest.rsplit_once('-').unwrap();
+        assert_eq!(pid, std::process::id().to_string(), "{name}");
+        assert!(!host.is_empty(), "{name}");
+    }
+
     #[test]
     fn validate_names_the_knob() {
         let mut c = WorkerConfig::new("outbox");
