@@ -391,7 +391,18 @@ mod tests {
         assert!(suffix.chars().all(|c| c.is_ascii_hexdigit()), "{name}");
         let (host, pid) = rest.rsplit_once('-').unwrap();
         assert_eq!(pid, std::process::id().to_string(), "{name}");
-        assert!(!host.is_empty(), "{name}");
+        // The machine's name, where it has one: `HOSTNAME`, else /etc/hostname.
+        let named = |h: String| Some(h.trim().to_owned()).filter(|h| !h.is_empty());
+        let expected = std::env::var("HOSTNAME")
+            .ok()
+            .and_then(named)
+            .or_else(|| {
+                std::fs::read_to_string("/etc/hostname")
+                    .ok()
+                    .and_then(named)
+            })
+            .unwrap_or_else(|| "worker".to_owned());
+        assert_eq!(host, expected, "{name}");
     }
 
     #[test]
