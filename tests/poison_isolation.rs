@@ -595,13 +595,30 @@ async fn one_maintenance_pass_recovers_and_purges_more_than_a_batch() {
     .execute(&pool)
     .await
     .unwrap();
+    // Records the size of every purge statement (a statement that deletes nothing included).
+    sqlx::raw_sql(
+        "CREATE TABLE purge_sizes (n bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+         CREATE FUNCTION record_purge() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF current_query() LIKE '%delivered_at IS NOT NULL%' THEN
+                 INSERT INTO purge_sizes (n) SELECT count(*) FROM old_rows;
+             END IF;
+             RETURN NULL;
+         END $$;
+         CREATE TRIGGER record_purge AFTER DELETE ON outbox
+             REFERENCING OLD TABLE AS old_rows
+             FOR EACH STATEMENT EXECUTE FUNCTION record_purge();",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
     let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
     let worker = Worker::builder(
         pool.clone(),
         Receiver::new(pool.clone(), "w", Knobs::default()),
     )
     .maintenance_batch(10)
-    .maintenance_interval(Duration::from_secs(2))
+    .maintenance_interval(Duration::from_secs(3))
     .retention(Some(Duration::from_secs(60)))
     .events(tx)
     .start()
@@ -622,7 +639,17 @@ async fn one_maintenance_pass_recovers_and_purges_more_than_a_batch() {
         },
     )
     .await;
+    // Read before the next pass, a maintenance interval (3 s) later.
+    let purges: Vec<i64> = sqlx::query_scalar("SELECT n FROM purge_sizes ORDER BY at")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
     worker.shutdown().await;
+    assert_eq!(
+        purges,
+        vec![10, 10, 5],
+        "purge statements of the pass: whole batches until one finds less, then no more"
+    );
     assert_eq!(
         first_pass,
         Some(WorkerEvent::MaintenanceRan {
