@@ -29,7 +29,8 @@ case "$folder" in
     ;;
   worker)
     default_tests="lib worker_batch worker_delivery worker_failures worker_lifecycle
-                   worker_ordering worker_prefetch worker_vacuum worker_wakeups poison_isolation"
+                   worker_ordering worker_prefetch worker_vacuum worker_wakeups poison_isolation
+                   observability_metrics"
     ;;
   *)
     echo "usage: $0 store|worker [cargo-mutants arguments]" >&2
