@@ -12,7 +12,7 @@ use std::time::Duration;
 use outbox_runtime::error::{PayloadPart, PayloadProblem};
 use outbox_runtime::payload_limits::MAX_JSON_DEPTH;
 use outbox_runtime::store::{EnqueueOptions, RecoveryBackoff, UndecodableOutcome};
-use outbox_runtime::worker::{RetryPolicy, Worker, WorkerEvent};
+use outbox_runtime::worker::{RetryPolicy, Worker, WorkerBuilder, WorkerEvent};
 use outbox_runtime::{Error, Event, Store};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -475,28 +475,83 @@ async fn jittered_recovery_backoff_stays_in_the_upper_half() {
     assert!(distinct.len() > 1, "jitter spreads the rows: {delays:?}");
 }
 
+/// A worker whose handler (3 s) outlives its unrenewed 300 ms lease, like a worker that stalls
+/// on a payload, with maintenance every 100 ms; it reports to `events`.
+fn stalling_worker(
+    pool: &PgPool,
+    events: tokio::sync::mpsc::UnboundedSender<WorkerEvent>,
+) -> WorkerBuilder {
+    let knobs = Knobs {
+        delay: Duration::from_secs(3),
+        ..Default::default()
+    };
+    Worker::builder(pool.clone(), Receiver::new(pool.clone(), "w", knobs))
+        .lease(Duration::from_millis(300))
+        .renewal(false)
+        .maintenance_interval(Duration::from_millis(100))
+        .poll_interval(Duration::from_millis(50))
+        .events(events)
+}
+
+/// `n` jobs on their last attempt, claimed by a worker that is gone, their leases ended.
+async fn expired_last_attempts(pool: &PgPool, n: i64) {
+    enqueue_jobs_with_attempts(pool, 0, n, 1).await;
+    let claimed = Store::new(pool.clone())
+        .claim_batch("gone", n, Duration::from_secs(30), false)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len() as i64, n);
+    sqlx::query("UPDATE outbox SET lease_until = now() - interval '1 second'")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// From now on, record in the table `log` the number of rows of every `event` statement
+/// (`UPDATE` or `DELETE`) on the outbox whose text contains `marker`, a statement that touches
+/// no row included; [`statement_sizes`] reads them back in order.
+async fn record_statement_sizes(pool: &PgPool, log: &str, event: &str, marker: &str) {
+    let rows = if event == "DELETE" { "OLD" } else { "NEW" };
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {log} (n bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+         CREATE FUNCTION {log}() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF current_query() LIKE '%{marker}%' THEN
+                 INSERT INTO {log} (n) SELECT count(*) FROM statement_rows;
+             END IF;
+             RETURN NULL;
+         END $$;
+         CREATE TRIGGER {log} AFTER {event} ON outbox
+             REFERENCING {rows} TABLE AS statement_rows
+             FOR EACH STATEMENT EXECUTE FUNCTION {log}();"
+    )))
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// The sizes [`record_statement_sizes`] recorded in `log` so far, in order.
+async fn statement_sizes(pool: &PgPool, log: &str) -> Vec<i64> {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT n FROM {log} ORDER BY at"
+    )))
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workers_maintenance_applies_its_retry_policy_to_expired_leases() {
     let db = database().await;
     let pool = db.pool().clone();
     enqueue_jobs(&pool, 0, 1, false).await;
     let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
-    // The handler outlives its unrenewed lease, like a worker that stalls on this payload.
-    let knobs = Knobs {
-        delay: Duration::from_secs(3),
-        ..Default::default()
-    };
-    let worker = Worker::builder(pool.clone(), Receiver::new(pool.clone(), "w", knobs))
-        .lease(Duration::from_millis(300))
-        .renewal(false)
-        .maintenance_interval(Duration::from_millis(100))
-        .poll_interval(Duration::from_millis(50))
+    let worker = stalling_worker(&pool, tx)
         .retry(RetryPolicy {
             base: Duration::from_secs(2),
             max: Duration::from_secs(10),
             jitter: false,
         })
-        .events(tx)
         .start()
         .await
         .unwrap();
@@ -529,20 +584,7 @@ async fn maintenance_exhausts_an_expired_lease_on_its_last_attempt_and_says_so()
     let pool = db.pool().clone();
     enqueue_jobs_with_attempts(&pool, 0, 1, 1).await;
     let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
-    // The handler outlives its unrenewed lease, like a worker that stalls on this payload.
-    let knobs = Knobs {
-        delay: Duration::from_secs(3),
-        ..Default::default()
-    };
-    let worker = Worker::builder(pool.clone(), Receiver::new(pool.clone(), "w", knobs))
-        .lease(Duration::from_millis(300))
-        .renewal(false)
-        .maintenance_interval(Duration::from_millis(100))
-        .poll_interval(Duration::from_millis(50))
-        .events(tx)
-        .start()
-        .await
-        .unwrap();
+    let worker = stalling_worker(&pool, tx).start().await.unwrap();
     wait_event(
         &mut events,
         Duration::from_secs(20),
@@ -576,17 +618,7 @@ async fn maintenance_exhausts_an_expired_lease_on_its_last_attempt_and_says_so()
 async fn one_maintenance_pass_recovers_and_purges_more_than_a_batch() {
     let db = database().await;
     let pool = db.pool().clone();
-    let store = Store::new(pool.clone());
-    enqueue_jobs_with_attempts(&pool, 0, 25, 1).await;
-    let claimed = store
-        .claim_batch("gone", 25, Duration::from_secs(30), false)
-        .await
-        .unwrap();
-    assert_eq!(claimed.len(), 25);
-    sqlx::query("UPDATE outbox SET lease_until = now() - interval '1 second'")
-        .execute(&pool)
-        .await
-        .unwrap();
+    expired_last_attempts(&pool, 25).await;
     enqueue_jobs(&pool, 25, 50, false).await;
     sqlx::query(
         "UPDATE outbox SET status = 'delivered', delivered_at = now() - interval '1 hour'
@@ -595,23 +627,7 @@ async fn one_maintenance_pass_recovers_and_purges_more_than_a_batch() {
     .execute(&pool)
     .await
     .unwrap();
-    // Records the size of every purge statement (a statement that deletes nothing included).
-    sqlx::raw_sql(
-        "CREATE TABLE purge_sizes (n bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
-         CREATE FUNCTION record_purge() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-             IF current_query() LIKE '%delivered_at IS NOT NULL%' THEN
-                 INSERT INTO purge_sizes (n) SELECT count(*) FROM old_rows;
-             END IF;
-             RETURN NULL;
-         END $$;
-         CREATE TRIGGER record_purge AFTER DELETE ON outbox
-             REFERENCING OLD TABLE AS old_rows
-             FOR EACH STATEMENT EXECUTE FUNCTION record_purge();",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    record_statement_sizes(&pool, "purge_sizes", "DELETE", "delivered_at IS NOT NULL").await;
     let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
     let worker = Worker::builder(
         pool.clone(),
@@ -624,26 +640,15 @@ async fn one_maintenance_pass_recovers_and_purges_more_than_a_batch() {
     .start()
     .await
     .unwrap();
-    let mut first_pass = None;
-    wait_event(
+    let first_pass = wait_event(
         &mut events,
         Duration::from_secs(20),
         "a maintenance pass",
-        |e| {
-            if let WorkerEvent::MaintenanceRan { .. } = e {
-                first_pass = Some(e.clone());
-                true
-            } else {
-                false
-            }
-        },
+        |e| matches!(e, WorkerEvent::MaintenanceRan { .. }),
     )
     .await;
     // Read before the next pass, a maintenance interval (3 s) later.
-    let purges: Vec<i64> = sqlx::query_scalar("SELECT n FROM purge_sizes ORDER BY at")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+    let purges = statement_sizes(&pool, "purge_sizes").await;
     worker.shutdown().await;
     assert_eq!(
         purges,
@@ -652,11 +657,11 @@ async fn one_maintenance_pass_recovers_and_purges_more_than_a_batch() {
     );
     assert_eq!(
         first_pass,
-        Some(WorkerEvent::MaintenanceRan {
+        WorkerEvent::MaintenanceRan {
             requeued: 0,
             exhausted: 25,
             purged: 25
-        })
+        }
     );
     let left: Vec<String> = sqlx::query_scalar("SELECT status FROM outbox")
         .fetch_all(&pool)
@@ -676,21 +681,20 @@ async fn one_maintenance_pass_recovers_and_purges_more_than_a_batch() {
 async fn a_failed_recovery_halves_the_next_batch_and_a_success_restores_it() {
     let db = database().await;
     let pool = db.pool().clone();
-    let store = Store::new(pool.clone());
-    enqueue_jobs_with_attempts(&pool, 0, 50, 1).await;
-    store
-        .claim_batch("gone", 50, Duration::from_secs(30), false)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE outbox SET lease_until = now() - interval '1 second'")
-        .execute(&pool)
-        .await
-        .unwrap();
+    expired_last_attempts(&pool, 50).await;
+    record_statement_sizes(
+        &pool,
+        "recovery_sizes",
+        "UPDATE",
+        "lease_expiries = o.lease_expiries + 1",
+    )
+    .await;
+    // Recovery fails while `fail_recovery` holds a row; each failure takes a sequence value,
+    // which the failed transaction does not take back.
     sqlx::raw_sql(
-        "CREATE TABLE fail_recovery (on_ boolean);
-         INSERT INTO fail_recovery VALUES (true);
+        "CREATE TABLE fail_recovery (reason text NOT NULL);
+         INSERT INTO fail_recovery VALUES ('the test fails the first recovery');
          CREATE SEQUENCE failed_recoveries;
-         CREATE TABLE recovery_sizes (n bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
          CREATE FUNCTION fail_recovery() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN
              IF EXISTS (SELECT 1 FROM fail_recovery) AND NEW.lease_expiries > OLD.lease_expiries THEN
@@ -700,17 +704,7 @@ async fn a_failed_recovery_halves_the_next_batch_and_a_success_restores_it() {
              RETURN NEW;
          END $$;
          CREATE TRIGGER fail_recovery BEFORE UPDATE ON outbox
-             FOR EACH ROW EXECUTE FUNCTION fail_recovery();
-         CREATE FUNCTION record_recovery() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-             IF current_query() LIKE '%lease_expiries = o.lease_expiries + 1%' THEN
-                 INSERT INTO recovery_sizes (n) SELECT count(*) FROM new_rows;
-             END IF;
-             RETURN NULL;
-         END $$;
-         CREATE TRIGGER record_recovery AFTER UPDATE ON outbox
-             REFERENCING NEW TABLE AS new_rows
-             FOR EACH STATEMENT EXECUTE FUNCTION record_recovery();",
+             FOR EACH ROW EXECUTE FUNCTION fail_recovery();",
     )
     .execute(&pool)
     .await
@@ -749,10 +743,7 @@ async fn a_failed_recovery_halves_the_next_batch_and_a_success_restores_it() {
     )
     .await;
     // The pass after the next starts a maintenance interval (3 s) later.
-    let sizes: Vec<i64> = sqlx::query_scalar("SELECT n FROM recovery_sizes ORDER BY at")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+    let sizes = statement_sizes(&pool, "recovery_sizes").await;
     worker.shutdown().await;
     assert_eq!(
         sizes,
