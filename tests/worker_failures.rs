@@ -337,6 +337,38 @@ async fn during_a_partition_the_handler_is_told_when_its_lease_ends_by_the_local
     assert_eq!(c.delivered, 0, "{c:?}");
 }
 
+/// A worker behind a proxy that drops the answer to the first statement containing `statement`,
+/// with one job enqueued; no renewal, maintenance or LISTEN, so the completion is the only
+/// statement that can meet the dropped answer.
+async fn worker_losing_an_answer(
+    db: &outbox_runtime::testing::TestDatabase,
+    statement: &[u8],
+    retention: Option<Duration>,
+    knobs: Knobs,
+) -> (
+    Proxy,
+    outbox_runtime::worker::WorkerHandle,
+    tokio::sync::mpsc::UnboundedReceiver<WorkerEvent>,
+) {
+    let pool = db.pool().clone();
+    enqueue_jobs(&pool, 0, 1, false).await;
+    let proxy = Proxy::start(db.connect_options()).await;
+    let worker_pool = proxy.pool(db.connect_options(), 4).await;
+    proxy.lose_reply_to(statement);
+    let (tx, events) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::builder(worker_pool, Receiver::new(pool, "w", knobs))
+        .retention(retention)
+        .maintenance(false)
+        .listen(false)
+        .renewal(false)
+        .poll_interval(Duration::from_secs(120))
+        .events(tx)
+        .start()
+        .await
+        .unwrap();
+    (proxy, worker, events)
+}
+
 /// The completion commits, then the connection dies before its answer arrives. The completer
 /// retries; the retry finds the row already settled by this very claim (delivered under the
 /// same claim_version, or deleted with a retention of zero). That is a completed delivery, not
@@ -344,24 +376,8 @@ async fn during_a_partition_the_handler_is_told_when_its_lease_ends_by_the_local
 async fn completion_whose_answer_was_lost(retention: Option<Duration>, statement: &[u8]) {
     let db = database().await;
     let pool = db.pool().clone();
-    enqueue_jobs(&pool, 0, 1, false).await;
-    let proxy = Proxy::start(db.connect_options()).await;
-    let worker_pool = proxy.pool(db.connect_options(), 4).await;
-    proxy.lose_reply_to(statement);
-    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
-    let worker = Worker::builder(
-        worker_pool,
-        Receiver::new(pool.clone(), "w", Knobs::default()),
-    )
-    .retention(retention)
-    .maintenance(false)
-    .listen(false)
-    .renewal(false)
-    .poll_interval(Duration::from_secs(120))
-    .events(tx)
-    .start()
-    .await
-    .unwrap();
+    let (proxy, worker, mut events) =
+        worker_losing_an_answer(&db, statement, retention, Knobs::default()).await;
     let outcome = wait_event(&mut events, WAIT, "the completion's outcome", |e| {
         matches!(e, WorkerEvent::CompletedBatch { .. })
     })
@@ -410,25 +426,13 @@ async fn a_deleting_completion_whose_answer_was_lost_counts_as_delivered_not_sta
 async fn a_stale_completion_whose_answer_was_lost_stays_stale() {
     let db = database().await;
     let pool = db.pool().clone();
-    enqueue_jobs(&pool, 0, 1, false).await;
-    let proxy = Proxy::start(db.connect_options()).await;
-    let worker_pool = proxy.pool(db.connect_options(), 4).await;
-    proxy.lose_reply_to(b"SET status = 'delivered'");
-    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
     // The handler takes long enough for the test to steal its claim first.
     let knobs = Knobs {
         delay: Duration::from_secs(1),
         ..Default::default()
     };
-    let worker = Worker::builder(worker_pool, Receiver::new(pool.clone(), "w", knobs))
-        .maintenance(false)
-        .listen(false)
-        .renewal(false)
-        .poll_interval(Duration::from_secs(120))
-        .events(tx)
-        .start()
-        .await
-        .unwrap();
+    let (proxy, worker, mut events) =
+        worker_losing_an_answer(&db, b"SET status = 'delivered'", None, knobs).await;
     wait_event(&mut events, WAIT, "the claim", |e| {
         matches!(e, WorkerEvent::ClaimedBatch(_))
     })
