@@ -185,8 +185,16 @@ async fn a_producer_transaction_wakes_the_workers_after_its_own_commit() {
         "a rolled-back producer transaction woke the workers"
     );
 
-    // Committed: the business row and 20 events, then one wake-up from another session.
-    let mut tx = producer.begin().await.unwrap();
+    // Committed: the business row and 20 events, then one wake-up from another session. The
+    // business transaction runs on a pool of its own (adopted by the producer), so its session
+    // can never be the pooled connection the producer's waker notifies from: a notification from
+    // it can only be a NOTIFY inside the transaction, delivered at its commit.
+    let business_pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.url())
+        .await
+        .unwrap();
+    let mut tx = producer.adopt(business_pool.begin().await.unwrap());
     let business_session: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
         .fetch_one(&mut *tx)
         .await
