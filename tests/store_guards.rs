@@ -48,6 +48,7 @@ use outbox_runtime::testing::TestDatabase;
 const READ_ONLY: &[&str] = &[
     "existing_by_key",
     "completed_earlier",
+    "lock_free_rows",
     "count_delivered",
     "gauges",
     "exhausted_events",

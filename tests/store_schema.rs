@@ -194,6 +194,7 @@ fn bind_for<'q>(
             .bind(vec![1_i64; 100])
             .bind(true),
         "renew" => q.bind(1_i64).bind(1_i64).bind(30_000_000_i64),
+        "lock_free_rows" => q.bind((1..=100).collect::<Vec<i64>>()),
         "renew_many" => q
             .bind((1..=100).collect::<Vec<i64>>())
             .bind(vec![1_i64; 100])
@@ -238,7 +239,7 @@ fn expected_indexes(name: &str) -> &'static [&'static str] {
         "complete" | "release" | "renew" | "fail" | "exhaust_undecodable" => &["outbox_pkey"],
         // A batch must be joined by primary key (checked below: never through another index).
         "complete_many" | "complete_many_delete" | "renew_many" => &["outbox_pkey"],
-        "completed_earlier" => &["outbox_pkey"],
+        "completed_earlier" | "lock_free_rows" => &["outbox_pkey"],
         "retry_exhausted" => &["outbox_event_id_key"],
         "retry_exhausted_of_type" | "exhausted_events" => &["outbox_exhausted_idx"],
         // Checked below: the delivered count may scan (delivered rows are most of the table).

@@ -294,6 +294,87 @@ async fn the_renewer_tells_a_handler_its_lease_was_lost() {
     assert_eq!(c.stale_completions, 1, "its failure report was refused too");
 }
 
+/// A row another transaction holds (an operator's `SELECT ... FOR UPDATE`, a long migration)
+/// costs the worker's other claims nothing: the renewal skips the held row and renews the rest,
+/// so only the held event's lease runs out, and the other event, whose handler runs three times
+/// its lease, is delivered on its first attempt.
+#[tokio::test]
+async fn a_row_held_by_another_transaction_does_not_stop_the_other_renewals() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    enqueue_jobs(&pool, 0, 2, false).await;
+    let ids: Vec<i64> = rows(&pool).await.iter().map(|r| r.id).collect();
+    let (held, free) = (ids[0], ids[1]);
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let knobs = Knobs {
+        delay: Duration::from_secs(6),
+        stop_on_lease_lost: true,
+        ..Default::default()
+    };
+    let receiver = Receiver::new(pool.clone(), "w", knobs);
+    let worker = Worker::builder(pool.clone(), receiver.clone())
+        .lease(Duration::from_secs(2))
+        .renew_interval(Duration::from_millis(200))
+        .maintenance(false)
+        .events(tx)
+        .start()
+        .await
+        .unwrap();
+    wait_until(WAIT, "both handlers run", || async {
+        receiver.started() == 2
+    })
+    .await;
+    let mut holder = db.connect().await;
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT 1 FROM outbox WHERE id = $1 FOR UPDATE")
+        .bind(held)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+
+    // The held event's lease ends by the local clock; no other lease may end before it.
+    let lost = wait_event(&mut events, WAIT, "a lease lost", |e| {
+        matches!(e, WorkerEvent::LeaseLost(_))
+    })
+    .await;
+    assert!(
+        matches!(lost, WorkerEvent::LeaseLost(c) if c.id == held),
+        "the held row stopped the renewal of another claim: {lost:?}"
+    );
+    wait_until(WAIT, "both handlers finished", || async {
+        received(&pool).await.len() == 2
+    })
+    .await;
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    worker.shutdown().await;
+    while let Ok(e) = events.try_recv() {
+        assert!(
+            !matches!(e, WorkerEvent::LeaseLost(c) if c.id == free),
+            "the free event's lease was lost: {e:?}"
+        );
+    }
+    let outcomes: Vec<(i32, String)> = received(&pool)
+        .await
+        .into_iter()
+        .map(|r| (r.attempt, r.outcome))
+        .collect();
+    assert!(
+        outcomes.contains(&(1, "ok".to_owned()))
+            && outcomes.contains(&(1, "stopped_lease_lost".to_owned())),
+        "{outcomes:?}"
+    );
+    let states: Vec<(i64, String, i32)> = rows(&pool)
+        .await
+        .into_iter()
+        .map(|r| (r.id, r.status, r.attempts))
+        .collect();
+    assert!(
+        states.contains(&(free, "delivered".to_owned(), 1)),
+        "the free event was not delivered on its first claim: {states:?}"
+    );
+    assert_eq!(worker.counters().lease_lost, 1);
+}
+
 async fn maintenance_leaders(pool: &sqlx::PgPool) -> Vec<String> {
     sqlx::query_scalar(
         "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid

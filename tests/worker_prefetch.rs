@@ -757,36 +757,20 @@ async fn until_positive(pool: &PgPool, query: &'static str, what: &str) {
 
 /// A completion stuck on its row does not stop the renewals of the other running deliveries.
 ///
-/// The race: the renewer takes the in-flight claims, then the completer takes one of them out
-/// and starts writing it; the renewal statement reaches that row while the completion holds
-/// it. Before, the renewal waited on the row for as long as the completion was stuck, and
-/// with it every later renewal: the other deliveries' leases ran out although their handlers
-/// were fine. Now a renewal waits for a row lock at most half a renew interval and tries again
-/// at the next tick, without the claim that left.
-///
-/// Made deterministic with two triggers: the renewal of event 1 (the lower id, renewed first)
-/// polls a gate table until the test opens it, and completions wait on an advisory lock the
-/// test holds.
+/// Before, a renewal could name a row whose completion was being written (the renewer took the
+/// in-flight claims, then the completer took one of them out and started writing it) and waited
+/// on that row for as long as the completion was stuck, and with it every later renewal: the
+/// other deliveries' leases ran out although their handlers were fine. Now a renewal locks the
+/// rows of its batch with SKIP LOCKED and never waits for a held one (the race itself, a
+/// renewal naming a held row, is `a_row_held_by_another_transaction_does_not_stop_the_other_renewals`
+/// in `tests/worker_lifecycle.rs`, and `a_renewal_skips_a_held_row_and_renews_the_rest` in
+/// `tests/store_fencing.rs`). Here the completion of event 2 sticks on an advisory lock the test
+/// holds, with its row locked, for longer than a lease, while event 1's handler keeps running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_completion_does_not_stop_the_renewal_of_other_deliveries() {
     const LEASE: Duration = Duration::from_secs(10);
     let db = TestDatabase::new().await;
     insert_events(db.pool(), 2).await;
-    sqlx::raw_sql(
-        "CREATE TABLE gate (open boolean);
-         CREATE FUNCTION renewal_waits_for_the_gate() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-           WHILE NOT EXISTS (SELECT 1 FROM gate) LOOP PERFORM pg_sleep(0.005); END LOOP;
-           RETURN NEW;
-         END $$;
-         CREATE TRIGGER renewal_of_the_first_event BEFORE UPDATE ON outbox FOR EACH ROW
-         WHEN (OLD.id = 1 AND OLD.status = 'processing' AND NEW.status = 'processing'
-               AND NEW.claim_version = OLD.claim_version)
-         EXECUTE FUNCTION renewal_waits_for_the_gate();",
-    )
-    .execute(db.pool())
-    .await
-    .unwrap();
     let mut blocker = stick_completions(&db).await;
     let sink = Arc::new(HoldOneReleaseOther {
         go: tokio::sync::Notify::new(),
@@ -803,34 +787,12 @@ async fn a_stuck_completion_does_not_stop_the_renewal_of_other_deliveries() {
         .await
         .unwrap();
 
-    // A renewal of both claims is in the statement, held at event 1 by the gate.
-    until_positive(
-        db.pool(),
-        "SELECT count(*) FROM pg_stat_activity
-         WHERE datname = current_database() AND application_name LIKE 'outbox-renewer%' AND wait_event = 'PgSleep'",
-        "a renewal reaching the gate",
-    )
-    .await;
     // Event 2 is delivered; its completion takes the row and sticks on the test's lock.
     sink.go.notify_one();
     until_positive(
         db.pool(),
         COMPLETION_WAITING,
         "a completion reaching the database",
-    )
-    .await;
-    // Through the gate, the renewal reaches event 2's row, held by the stuck completion, and
-    // waits there half a renew interval (1 s). Every poll here looks at this test's database
-    // only: tests running beside it have renewers and stuck completions of their own.
-    sqlx::query("INSERT INTO gate VALUES (true)")
-        .execute(db.pool())
-        .await
-        .unwrap();
-    until_positive(
-        db.pool(),
-        "SELECT count(*) FROM pg_stat_activity
-         WHERE datname = current_database() AND application_name LIKE 'outbox-renewer%' AND wait_event_type = 'Lock'",
-        "the renewal waiting on the completion's row",
     )
     .await;
 

@@ -15,7 +15,7 @@ pub mod enqueue;
 pub mod listing;
 pub mod sql;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -114,6 +114,17 @@ pub enum Ownership {
     /// Another claim, recovery or an expired lease took the row: nothing was changed, and the
     /// caller must not assume it owns the event.
     Lost,
+}
+
+/// What [`Store::renew_many_if_owned_skipping_held`] did with a batch of claims.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Renewal {
+    /// Claims that are not the caller's any more (another claim, recovery, an expired lease, or
+    /// the row is gone): nothing was renewed for them.
+    pub lost: Vec<Claim>,
+    /// Claims whose rows another transaction held: neither renewed nor known lost. Their leases
+    /// keep running down; ask again at the next renewal.
+    pub held: Vec<Claim>,
 }
 
 /// What [`Store::fail_if_owned`] did.
@@ -603,36 +614,46 @@ impl Store {
             .await
     }
 
-    /// [`Store::renew_many_if_owned`], waiting at most `lock_wait` for any row another
-    /// transaction holds: past it the statement fails (a database error with SQLSTATE 55P03,
-    /// see [`crate::Error::is_lock_timeout`]) and renews nothing, instead of waiting for as long
-    /// as that transaction takes.
+    /// [`Store::renew_many_if_owned`] for the rows no other transaction holds: the held ones
+    /// are skipped, neither renewed nor counted lost, instead of being waited for.
     ///
-    /// For a renewer that must not stall behind one stuck statement: a completion being written
-    /// holds its rows until it commits, and a renewal that reached one of them (the claim was
-    /// still running when the renewal took its claims) would otherwise wait with it, every other
-    /// lease of the batch running down meanwhile. Four round trips (begin, the lock wait, the
-    /// renewal, commit) where [`Store::renew_many_if_owned`] takes one: for a renewer, which
-    /// runs once a renew interval, not for a hot path.
-    pub async fn renew_many_if_owned_waiting_at_most(
+    /// For a renewer that must not stall behind one row: a completion being written holds its
+    /// rows until it commits, and so does an operator's `SELECT ... FOR UPDATE` or a migration,
+    /// for as long as they take. A renewal that waited for such a row would let every other
+    /// lease of the batch run down meanwhile; this one renews the others and leaves the held
+    /// row's claim to be asked about again next time (its lease keeps running down, so a row held
+    /// past its lease is lost by that claim alone). Four round trips (begin, the locks, the
+    /// renewal, commit) where [`Store::renew_many_if_owned`] takes one: for a renewer, which runs
+    /// once a renew interval, not for a hot path.
+    pub async fn renew_many_if_owned_skipping_held(
         &self,
         claims: &[Claim],
         lease: Duration,
-        lock_wait: Duration,
-    ) -> Result<Vec<Claim>> {
+    ) -> Result<Renewal> {
         if claims.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Renewal::default());
         }
+        let (ids, _) = split_claims(claims);
         let mut tx = self.pool.begin().await?;
-        // Whole milliseconds, at least one: PostgreSQL reads 0 as "wait forever".
-        let millis = lock_wait.as_millis().clamp(1, i32::MAX as u128);
-        sqlx::query(sql::LOCK_WAIT)
-            .bind(millis.to_string())
-            .execute(&mut *tx)
-            .await?;
-        let lost = fenced_batch_on(&mut *tx, self.sql.renew_many, claims, Some(lease)).await?;
+        let rows: HashMap<i64, bool> = sqlx::query_as::<_, (i64, bool)>(self.sql.lock_free_rows)
+            .bind(ids)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect();
+        let (mut free, mut held, mut gone) = (Vec::new(), Vec::new(), Vec::new());
+        for &claim in claims {
+            match rows.get(&claim.id) {
+                Some(true) => free.push(claim),
+                Some(false) => held.push(claim),
+                // No row any more (a completion that deletes it, the purge): not ours.
+                None => gone.push(claim),
+            }
+        }
+        let mut lost = fenced_batch_on(&mut *tx, self.sql.renew_many, &free, Some(lease)).await?;
         tx.commit().await?;
-        Ok(lost)
+        lost.extend(gone);
+        Ok(Renewal { lost, held })
     }
 
     /// Record a failed attempt: back to pending after `retry_after`, or exhausted when

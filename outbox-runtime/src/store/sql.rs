@@ -46,8 +46,9 @@ pub(crate) const COMPLETED_EARLIER: &str = include_str!("sql/completed_earlier.s
 pub(crate) const RENEW: &str = include_str!("sql/renew.sql");
 /// Fenced lease renewal of many claims.
 pub(crate) const RENEW_MANY: &str = include_str!("sql/renew_many.sql");
-/// A bound on lock waits for the rest of a transaction (no table: not templated).
-pub(crate) const LOCK_WAIT: &str = include_str!("sql/lock_wait.sql");
+/// Lock the rows of a batch no other transaction holds, skipping the held ones (before a
+/// batched renewal).
+pub(crate) const LOCK_FREE_ROWS: &str = include_str!("sql/lock_free_rows.sql");
 /// Fenced failure with retry or exhaustion.
 pub(crate) const FAIL: &str = include_str!("sql/fail.sql");
 /// Fenced hand-back without charging the attempt.
@@ -117,6 +118,7 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("completed_earlier", COMPLETED_EARLIER),
     ("renew", RENEW),
     ("renew_many", RENEW_MANY),
+    ("lock_free_rows", LOCK_FREE_ROWS),
     ("fail", FAIL),
     ("release", RELEASE),
     ("exhaust_undecodable", EXHAUST_UNDECODABLE),
@@ -293,6 +295,7 @@ pub(crate) struct Statements {
     pub completed_earlier: &'static str,
     pub renew: &'static str,
     pub renew_many: &'static str,
+    pub lock_free_rows: &'static str,
     pub fail: &'static str,
     pub release: &'static str,
     pub exhaust_undecodable: &'static str,
@@ -329,6 +332,7 @@ impl Statements {
             completed_earlier: r(COMPLETED_EARLIER),
             renew: r(RENEW),
             renew_many: r(RENEW_MANY),
+            lock_free_rows: r(LOCK_FREE_ROWS),
             fail: r(FAIL),
             release: r(RELEASE),
             exhaust_undecodable: r(EXHAUST_UNDECODABLE),

@@ -8,12 +8,15 @@
 //! claim's lease end by the local monotonic clock (see `inflight`), between renewals and while
 //! a renewal hangs, and tells the delivery once that end passed without a successful renewal.
 //!
-//! A renewal waits for a row lock at most half a renew interval ([`lock_wait`]). The lock it
-//! meets is nearly always a completion being written: the completer takes a claim out of the
-//! in-flight set before writing it, but a renewal that took the set a moment earlier still
-//! names that row. Waiting for it is harmless when the completion commits in milliseconds, and
-//! stalls every renewal when it does not (a completion stuck in the database): so the renewal
-//! gives up, and the next one, a tick later, no longer names the row.
+//! A renewal never waits for a row another transaction holds: it skips it and renews the rest
+//! ([`Store::renew_many_if_owned_skipping_held`]). The lock it meets is usually a completion
+//! being written (the completer takes a claim out of the in-flight set before writing it, but a
+//! renewal that took the set a moment earlier still names that row), and the next renewal no
+//! longer names the row. It can also be an operator's `SELECT ... FOR UPDATE` or a migration,
+//! held for minutes: waiting for it would let every other lease run down, while skipping it
+//! costs only that claim's lease, which the local clock gives up when it ends.
+//!
+//! [`Store::renew_many_if_owned_skipping_held`]: crate::store::Store::renew_many_if_owned_skipping_held
 
 use std::future::Future;
 use std::pin::pin;
@@ -28,12 +31,6 @@ use super::events::WorkerEvent;
 use super::inflight::local_lease_end;
 use crate::error::Result;
 
-/// The longest a renewal waits for a row another transaction holds: half the renew interval,
-/// so one that gives up still leaves the next tick on time.
-pub(crate) fn lock_wait(renew_every: Duration) -> Duration {
-    renew_every / 2
-}
-
 /// When to look at the local lease ends next: at the earliest one, and no later than `at_most`
 /// from `now` (claims registered meanwhile end later than that). Never before `now` unless a
 /// lease has already ended: a wake-up time in the past would make the renewer's loop spin.
@@ -47,6 +44,8 @@ fn next_check(now: Instant, earliest_lease_end: Option<Instant>, at_most: Durati
 pub(crate) struct RenewCounts {
     pub(crate) renewed: usize,
     pub(crate) lost: usize,
+    /// Claims whose rows another transaction held: asked about again next interval.
+    pub(crate) held: usize,
 }
 
 pub(crate) struct Renewer {
@@ -73,16 +72,16 @@ impl Renewer {
                     worker = %self.shared.config.name,
                     renewed = c.renewed,
                     lost = c.lost,
+                    held = c.held,
                     "leases lost; the affected handlers were told to stop"
+                ),
+                Ok(c) if c.held > 0 => tracing::debug!(
+                    renewed = c.renewed,
+                    held = c.held,
+                    "leases renewed, except those whose rows another transaction holds (asked again next interval)"
                 ),
                 Ok(c) if c.renewed > 0 => tracing::trace!(renewed = c.renewed, "leases renewed"),
                 Ok(_) => {}
-                Err(e) if e.is_lock_timeout() => tracing::warn!(
-                    worker = %self.shared.config.name,
-                    waited = ?lock_wait(every),
-                    "a renewal waited too long for a row another statement holds (usually a completion being written); \
-                     trying again next interval, without the claims that left meanwhile"
-                ),
                 Err(e) => {
                     tracing::warn!(error = %e, "renewing leases failed; trying again next interval")
                 }
@@ -140,25 +139,22 @@ impl Renewer {
         }
         // Taken before the statement is sent (see `inflight`).
         let lease_ends = local_lease_end(Instant::now(), shared.config.lease);
-        let lost = shared
+        let renewal = shared
             .renew_store
-            .renew_many_if_owned_waiting_at_most(
-                &claims,
-                shared.config.lease,
-                lock_wait(shared.config.renew_every()),
-            )
+            .renew_many_if_owned_skipping_held(&claims, shared.config.lease)
             .await?;
         let renewed: Vec<_> = claims
             .iter()
-            .filter(|c| !lost.contains(c))
+            .filter(|c| !renewal.lost.contains(c) && !renewal.held.contains(c))
             .copied()
             .collect();
         shared.inflight.renewed(&renewed, lease_ends);
         let mut counts = RenewCounts {
             renewed: renewed.len(),
             lost: 0,
+            held: renewal.held.len(),
         };
-        for claim in lost {
+        for claim in renewal.lost {
             // A claim whose outcome is being written left the in-flight set first; only a claim
             // still running counts as lost.
             if shared.inflight.lose(&claim) {
