@@ -292,6 +292,13 @@ async fn the_renewer_tells_a_handler_its_lease_was_lost() {
     let c = worker.counters();
     assert_eq!(c.lease_lost, 1);
     assert_eq!(c.stale_completions, 1, "its failure report was refused too");
+    // The renewal that found the claim lost renewed nothing, and says nothing of renewals.
+    while let Ok(e) = events.try_recv() {
+        assert!(
+            !matches!(e, WorkerEvent::Renewed(0)),
+            "a renewal that renewed nothing reported {e:?}"
+        );
+    }
 }
 
 /// A row another transaction holds (an operator's `SELECT ... FOR UPDATE`, a long migration)

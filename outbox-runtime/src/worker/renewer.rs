@@ -48,6 +48,33 @@ pub(crate) struct RenewCounts {
     pub(crate) held: usize,
 }
 
+/// The most important thing a renewal pass has to say (its log line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RenewNews {
+    /// Some claims were lost: their handlers were told.
+    Lost,
+    /// None lost, but some rows were held by another transaction and not renewed.
+    Held,
+    /// Every claim named was renewed.
+    Renewed,
+    /// No claim was in flight.
+    Nothing,
+}
+
+impl RenewCounts {
+    fn news(self) -> RenewNews {
+        if self.lost > 0 {
+            RenewNews::Lost
+        } else if self.held > 0 {
+            RenewNews::Held
+        } else if self.renewed > 0 {
+            RenewNews::Renewed
+        } else {
+            RenewNews::Nothing
+        }
+    }
+}
+
 pub(crate) struct Renewer {
     pub(crate) shared: Arc<Shared>,
 }
@@ -67,24 +94,30 @@ impl Renewer {
                 () = stop.cancelled() => break,
                 result = self.expiring_while(renewal) => result,
             };
-            match result {
-                Ok(c) if c.lost > 0 => tracing::warn!(
+            let c = match result {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "renewing leases failed; trying again next interval");
+                    continue;
+                }
+            };
+            match c.news() {
+                RenewNews::Lost => tracing::warn!(
                     worker = %self.shared.config.name,
                     renewed = c.renewed,
                     lost = c.lost,
                     held = c.held,
                     "leases lost; the affected handlers were told to stop"
                 ),
-                Ok(c) if c.held > 0 => tracing::debug!(
+                RenewNews::Held => tracing::debug!(
                     renewed = c.renewed,
                     held = c.held,
                     "leases renewed, except those whose rows another transaction holds (asked again next interval)"
                 ),
-                Ok(c) if c.renewed > 0 => tracing::trace!(renewed = c.renewed, "leases renewed"),
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "renewing leases failed; trying again next interval")
+                RenewNews::Renewed => {
+                    tracing::trace!(renewed = c.renewed, "leases renewed")
                 }
+                RenewNews::Nothing => {}
             }
         }
     }
@@ -174,6 +207,21 @@ impl Renewer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_lease_is_the_news_then_a_held_row_then_a_renewal() {
+        let counts = |renewed, lost, held| RenewCounts {
+            renewed,
+            lost,
+            held,
+        };
+        assert_eq!(counts(0, 0, 0).news(), RenewNews::Nothing);
+        assert_eq!(counts(1, 0, 0).news(), RenewNews::Renewed);
+        assert_eq!(counts(1, 0, 1).news(), RenewNews::Held);
+        assert_eq!(counts(0, 0, 1).news(), RenewNews::Held);
+        assert_eq!(counts(0, 1, 0).news(), RenewNews::Lost);
+        assert_eq!(counts(5, 1, 2).news(), RenewNews::Lost);
+    }
 
     #[test]
     fn the_next_check_is_the_earliest_lease_end_within_one_interval() {
