@@ -131,6 +131,26 @@ async fn wait_text(client: &Client, css: &str, done: impl Fn(&str) -> bool) -> S
     panic!("`{css}` still reads {last:?} after {DEADLINE:?}")
 }
 
+/// Click the first element matching `css`. The page re-renders its tables on every refresh, so
+/// an element found a moment ago can be gone by the click (a stale element reference): find it
+/// again and retry until [`DEADLINE`].
+async fn click(client: &Client, css: &str) {
+    let started = Instant::now();
+    loop {
+        let clicked = match client.find(Locator::Css(css)).await {
+            Ok(element) => element.click().await,
+            Err(e) => Err(e),
+        };
+        match clicked {
+            Ok(()) => return,
+            Err(_) if started.elapsed() < DEADLINE => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("could not click `{css}` within {DEADLINE:?}: {e}"),
+        }
+    }
+}
+
 /// Poll the database until the event has `status`.
 async fn wait_status(pool: &PgPool, event_id: uuid::Uuid, status: &str) {
     let started = Instant::now();
@@ -310,44 +330,20 @@ async fn a_retry_from_the_page_needs_the_token_and_moves_the_event_back_to_pendi
     wait_text(&client, &retry, |t| t == "Retry").await;
 
     // Without the token: the page asks for confirmation, the server refuses, nothing changes.
-    client
-        .find(Locator::Css(&retry))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, &retry).await;
     let question = wait_text(&client, "#confirm-text", |t| !t.is_empty()).await;
     assert!(
         question.contains(&s.exhausted_note.to_string()),
         "{question}"
     );
-    client
-        .find(Locator::Css("#confirm-yes"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, "#confirm-yes").await;
     let refused = wait_text(&client, "#notice", |t| t.starts_with("refused")).await;
     assert!(refused.contains("needs the dashboard token"), "{refused}");
     assert_eq!(status_of(pool, s.exhausted_note).await, "exhausted");
 
     // Cancelled: nothing is sent.
-    client
-        .find(Locator::Css(&retry))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    client
-        .find(Locator::Css("#confirm-no"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, &retry).await;
+    click(&client, "#confirm-no").await;
     assert_eq!(status_of(pool, s.exhausted_note).await, "exhausted");
 
     // With the token pasted: confirmed, done, and the row leaves the exhausted list.
@@ -365,20 +361,8 @@ async fn a_retry_from_the_page_needs_the_token_and_moves_the_event_back_to_pendi
         .send_keys("browser-test")
         .await
         .unwrap();
-    client
-        .find(Locator::Css(&retry))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    client
-        .find(Locator::Css("#confirm-yes"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, &retry).await;
+    click(&client, "#confirm-yes").await;
     wait_text(&client, "#notice", |t| t.contains("pending again")).await;
     wait_status(pool, s.exhausted_note, "pending").await;
     client.close().await.unwrap();
