@@ -13,6 +13,7 @@
 # Drops and recreates the database `split_layout`. The statements here are drafts: the store's
 # own are still those of outbox-runtime/src/store/sql/ until the layout is adopted.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 DB=split_layout
 psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB"
 P="psql -h 127.0.0.1 -U postgres -d $DB -q -v ON_ERROR_STOP=1"
@@ -36,30 +37,7 @@ CREATE TABLE outbox (
 -- Insert-only, so created_at follows the physical order: a BRIN index finds the old pages.
 CREATE INDEX outbox_created_brin ON outbox USING brin (created_at);
 
--- The delivery state of every event not delivered (pending, processing, exhausted).
-CREATE TABLE outbox_queue (
-    id               bigint      PRIMARY KEY,
-    aggregate_type   text,
-    aggregate_id     text,
-    status           text        NOT NULL DEFAULT 'pending'
-                     CHECK (status IN ('pending', 'processing', 'exhausted')),
-    available_at     timestamptz NOT NULL DEFAULT now(),
-    lease_until      timestamptz,
-    claimed_by       text,
-    claim_version    bigint      NOT NULL DEFAULT 0,
-    attempts         integer     NOT NULL DEFAULT 0,
-    max_attempts     integer     NOT NULL DEFAULT 10 CHECK (max_attempts >= 1),
-    lease_expiries   integer     NOT NULL DEFAULT 0,
-    handler_failures integer     NOT NULL DEFAULT 0,
-    last_error       text,
-    updated_at       timestamptz NOT NULL DEFAULT now(),
-    exhausted_at     timestamptz,
-    CHECK ((status = 'exhausted') = (exhausted_at IS NOT NULL))
-) WITH (fillfactor = 50);
-CREATE INDEX outbox_queue_open_idx ON outbox_queue (available_at, id) WHERE exhausted_at IS NULL;
-CREATE INDEX outbox_queue_aggregate_idx ON outbox_queue (aggregate_type, aggregate_id, id)
-    WHERE exhausted_at IS NULL AND aggregate_id IS NOT NULL;
-CREATE INDEX outbox_queue_exhausted_idx ON outbox_queue (exhausted_at) WHERE exhausted_at IS NOT NULL;
+\i scripts/split_layout_queue.sql
 
 -- 200,000 delivered events enqueued 8 days ago, then 11,100 open or exhausted ones.
 INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version,

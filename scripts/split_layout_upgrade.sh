@@ -49,25 +49,7 @@ BEGIN;
 -- Workers of the old version wait here, then fail on their next statement (the columns they
 -- name are gone): loud, and nothing half-written.
 LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE;
-CREATE TABLE outbox_queue (
-    id               bigint      PRIMARY KEY,
-    aggregate_type   text,
-    aggregate_id     text,
-    status           text        NOT NULL DEFAULT 'pending'
-                     CHECK (status IN ('pending', 'processing', 'exhausted')),
-    available_at     timestamptz NOT NULL DEFAULT now(),
-    lease_until      timestamptz,
-    claimed_by       text,
-    claim_version    bigint      NOT NULL DEFAULT 0,
-    attempts         integer     NOT NULL DEFAULT 0,
-    max_attempts     integer     NOT NULL DEFAULT 10 CHECK (max_attempts >= 1),
-    lease_expiries   integer     NOT NULL DEFAULT 0,
-    handler_failures integer     NOT NULL DEFAULT 0,
-    last_error       text,
-    updated_at       timestamptz NOT NULL DEFAULT now(),
-    exhausted_at     timestamptz,
-    CHECK ((status = 'exhausted') = (exhausted_at IS NOT NULL))
-) WITH (fillfactor = 50);
+\i scripts/split_layout_queue.sql
 INSERT INTO outbox_queue (id, aggregate_type, aggregate_id, status, available_at, lease_until,
                           claimed_by, claim_version, attempts, max_attempts, lease_expiries,
                           handler_failures, last_error, updated_at, exhausted_at)
@@ -76,10 +58,6 @@ SELECT id, aggregate_type, aggregate_id, status, available_at, lease_until, clai
        updated_at, exhausted_at
 FROM outbox
 WHERE delivered_at IS NULL;
-CREATE INDEX outbox_queue_open_idx ON outbox_queue (available_at, id) WHERE exhausted_at IS NULL;
-CREATE INDEX outbox_queue_aggregate_idx ON outbox_queue (aggregate_type, aggregate_id, id)
-    WHERE exhausted_at IS NULL AND aggregate_id IS NOT NULL;
-CREATE INDEX outbox_queue_exhausted_idx ON outbox_queue (exhausted_at) WHERE exhausted_at IS NOT NULL;
 -- A catalog change: the payloads are not rewritten (the dropped columns' space is reused as rows
 -- are written, and the purge removes the old rows anyway). The indexes and CHECKs that read
 -- these columns go with them.

@@ -369,16 +369,16 @@ async fn worker_losing_an_answer(
     (proxy, worker, events)
 }
 
-/// The completion commits, then the connection dies before its answer arrives. The completer
-/// retries; the retry finds the row already settled by this very claim (delivered under the
-/// same claim_version, or deleted with a retention of zero). That is a completed delivery, not
-/// a stale one.
-async fn completion_whose_answer_was_lost(retention: Option<Duration>, statement: &[u8]) {
-    let db = database().await;
-    let pool = db.pool().clone();
-    let (proxy, worker, mut events) =
-        worker_losing_an_answer(&db, statement, retention, Knobs::default()).await;
-    let outcome = wait_event(&mut events, WAIT, "the completion's outcome", |e| {
+/// The completed and stale claims of the batch whose first answer the proxy dropped (checked:
+/// exactly one answer was dropped).
+async fn outcome_after_the_lost_answer(
+    proxy: &Proxy,
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<WorkerEvent>,
+) -> (
+    Vec<outbox_runtime::store::Claim>,
+    Vec<outbox_runtime::store::Claim>,
+) {
+    let outcome = wait_event(events, WAIT, "the completion's outcome", |e| {
         matches!(e, WorkerEvent::CompletedBatch { .. })
     })
     .await;
@@ -390,6 +390,19 @@ async fn completion_whose_answer_was_lost(retention: Option<Duration>, statement
     let WorkerEvent::CompletedBatch { completed, stale } = outcome else {
         unreachable!()
     };
+    (completed, stale)
+}
+
+/// The completion commits, then the connection dies before its answer arrives. The completer
+/// retries; the retry finds the row already settled by this very claim (delivered under the
+/// same claim_version, or deleted with a retention of zero). That is a completed delivery, not
+/// a stale one.
+async fn completion_whose_answer_was_lost(retention: Option<Duration>, statement: &[u8]) {
+    let db = database().await;
+    let pool = db.pool().clone();
+    let (proxy, worker, mut events) =
+        worker_losing_an_answer(&db, statement, retention, Knobs::default()).await;
+    let (completed, stale) = outcome_after_the_lost_answer(&proxy, &mut events).await;
     assert_eq!(
         (completed.len(), stale.len()),
         (1, 0),
@@ -441,18 +454,7 @@ async fn a_stale_completion_whose_answer_was_lost_stays_stale() {
         .execute(&pool)
         .await
         .unwrap();
-    let outcome = wait_event(&mut events, WAIT, "the completion's outcome", |e| {
-        matches!(e, WorkerEvent::CompletedBatch { .. })
-    })
-    .await;
-    assert_eq!(
-        proxy.replies_lost(),
-        1,
-        "the first completion's answer was thrown away"
-    );
-    let WorkerEvent::CompletedBatch { completed, stale } = outcome else {
-        unreachable!()
-    };
+    let (completed, stale) = outcome_after_the_lost_answer(&proxy, &mut events).await;
     assert_eq!(
         (completed.len(), stale.len()),
         (0, 1),
