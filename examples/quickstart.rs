@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use outbox_runtime::worker::Worker;
-use outbox_runtime::{Delivery, Dispatcher, Event, HandlerError, Store, handler};
+use outbox_runtime::{Delivery, Dispatcher, Event, EventStatus, HandlerError, Store, handler};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPoolOptions;
@@ -92,14 +92,12 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     // 3. Wait for this run's event (the database may hold earlier runs' events too).
+    let store = Store::new(pool);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let delivered = loop {
-        let status: String = sqlx::query_scalar("SELECT status FROM outbox WHERE event_id = $1")
-            .bind(event_id)
-            .fetch_one(&pool)
-            .await?;
-        if status == "delivered" || tokio::time::Instant::now() >= deadline {
-            break status == "delivered";
+        let status = store.event_status(event_id).await?;
+        if status == Some(EventStatus::Delivered) || tokio::time::Instant::now() >= deadline {
+            break status == Some(EventStatus::Delivered);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
@@ -111,7 +109,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .into());
     }
 
-    let stats = Store::new(pool).stats().await?;
+    let stats = store.stats().await?;
     println!(
         "delivered {event_id}; outbox now: {} pending, {} delivered, {} exhausted",
         stats.pending, stats.delivered, stats.exhausted

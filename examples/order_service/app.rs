@@ -114,7 +114,7 @@ pub struct Report {
     pub confirmed: usize,
     /// Confirmations rolled back because the version check matched no row.
     pub stale_rejected: usize,
-    /// Rows in the outbox.
+    /// Events in the outbox.
     pub events: i64,
     /// ... of which delivered.
     pub delivered: i64,
@@ -122,8 +122,10 @@ pub struct Report {
     pub undelivered: i64,
     /// ... exhausted.
     pub exhausted: i64,
-    /// Delivery attempts in all.
-    pub attempts: i64,
+    /// Delivery attempts in all, as the worker counted them (delivered, retried, exhausted, or
+    /// refused as stale). The outbox cannot count them: a delivered event keeps no attempt count,
+    /// its queue row is deleted by the completion.
+    pub attempts: u64,
     /// What the worker counted.
     pub worker: WorkerCounters,
     /// What the shipping service counted.
@@ -378,15 +380,18 @@ pub async fn run(pool: &PgPool, options: &Options) -> Result<Report, BoxError> {
         _ => NatsReport::NotUsed(nats_not_used.unwrap_or_default()),
     };
 
-    let (events, delivered, undelivered, exhausted, attempts): (i64, i64, i64, i64, i64) =
-        sqlx::query_as(
-            "SELECT count(*), count(*) FILTER (WHERE status = 'delivered'),
-                count(*) FILTER (WHERE status IN ('pending', 'processing')),
-                count(*) FILTER (WHERE status = 'exhausted'), coalesce(sum(attempts), 0)
-         FROM outbox",
-        )
-        .fetch_one(pool)
-        .await?;
+    // Where the events stand, as `outbox status` reads it.
+    let stats = Store::new(pool.clone()).stats().await?;
+    let (delivered, undelivered, exhausted) = (
+        stats.delivered,
+        stats.pending + stats.processing,
+        stats.exhausted,
+    );
+    let events = delivered + undelivered + exhausted;
+    let attempts = worker_counts.delivered
+        + worker_counts.retried
+        + worker_counts.exhausted
+        + worker_counts.stale_completions;
     let (shipments, shipped_once, inbox_rows): (i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM shipments),
                 (SELECT count(*) FROM orders o WHERE o.status = 'confirmed'

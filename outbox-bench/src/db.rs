@@ -19,13 +19,13 @@ const CREATE_ORDERS: &str = "CREATE TABLE orders (id bigint PRIMARY KEY, \
     status text NOT NULL DEFAULT 'new', updated_at timestamptz)";
 const DROP_ORDERS: &str = "DROP TABLE IF EXISTS orders";
 const FILL_ORDERS: &str = "INSERT INTO orders (id) SELECT g FROM generate_series(1, $1::bigint) g";
-/// Empties the outbox table (a new relation file: no dead tuples carried over).
-const TRUNCATE_OUTBOX: &str = "TRUNCATE outbox RESTART IDENTITY";
+/// Empties the outbox's two tables, the events and their queue (new relation files: no dead
+/// tuples carried over).
+const TRUNCATE_OUTBOX: &str = "TRUNCATE outbox, outbox_queue RESTART IDENTITY";
 const VACUUM_ANALYZE: &str = "VACUUM ANALYZE";
 const CHECKPOINT: &str = "CHECKPOINT";
-/// Events not yet delivered (the open index covers this).
-const UNFINISHED: &str =
-    "SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND exhausted_at IS NULL";
+/// Events pending or processing: the open queue rows (the queue's open index covers this).
+const UNFINISHED: &str = "SELECT count(*) FROM outbox_queue WHERE exhausted_at IS NULL";
 const SERVER_VERSION: &str = "SELECT current_setting('server_version')";
 
 /// A connection pool on the benchmark database.

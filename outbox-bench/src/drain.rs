@@ -1,5 +1,5 @@
 //! Drain: pre-insert N events with the typed enqueue (untimed), then time their delivery by the
-//! worker to a no-op sink, until the table shows none pending or processing.
+//! worker to a no-op sink, until the queue table shows none pending or processing.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

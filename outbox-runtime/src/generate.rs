@@ -7,7 +7,9 @@
 //!   the events declare something the folder does not have yet: the outbox tables they name
 //!   (other than the base `outbox` table) and a row per (name, version) in the contract registry
 //!   (`outbox_contracts`, from the base schema). It updates the contract lock ([`LOCK_FILE`])
-//!   next to the migrations. With nothing changed it writes nothing.
+//!   next to the migrations. With nothing changed it writes nothing. The tables earlier
+//!   generated migrations created in the one-table layout (a lock of format 1) are upgraded to
+//!   the split layout by the first migration it writes, once ([`LOCK_FORMAT`]).
 //! - [`check_migrations`] is the same computation without writing: CI fails when the folder is
 //!   stale (like `sqlx prepare --check`).
 //! - A payload shape changed under an unchanged version fails both, naming the event, the
@@ -37,7 +39,7 @@ mod shape_diff;
 use std::path::Path;
 
 pub use error::{GenerateError, ShapeDrift};
-pub use grants::{grants_sql, inbox_grants_sql};
+pub use grants::{grants_sql, inbox_grants_sql, upgrade_grants_sql};
 pub use lock::{ContractLock, LOCK_FILE, LOCK_FORMAT, LockedContract, LockedMigration};
 pub use plan::{CompiledEvent, FolderSnapshot, NewMigration, Plan, RemovedContract, plan};
 pub use registry::{
@@ -149,7 +151,11 @@ pub fn check_migrations(
         let summary: Vec<&str> = migration
             .sql
             .lines()
-            .filter(|l| l.starts_with("-- Creates") || l.starts_with("-- Registers"))
+            .filter(|l| {
+                ["-- Upgrades", "-- Creates", "-- Registers"]
+                    .iter()
+                    .any(|summary| l.starts_with(summary))
+            })
             .collect();
         stale.push(format!(
             "a new migration {} is needed ({})",

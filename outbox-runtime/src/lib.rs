@@ -122,7 +122,7 @@ pub use event::Event;
 pub use migrate::migrate;
 pub use producer::Producer;
 pub use sink::Sink;
-pub use store::Store;
+pub use store::{EventStatus, Store};
 
 #[cfg(feature = "macros")]
 pub use outbox_macros::*;

@@ -63,9 +63,10 @@ pub(crate) enum Command {
         #[arg(long, default_value = crate::store::DEFAULT_TABLE)]
         table: String,
     },
-    /// Delete delivered events older than a duration.
+    /// Delete delivered events older than a duration (an event's age counts from its enqueue).
     Purge {
-        /// Age like 7d, 12h, 30m (delivered before now() minus this).
+        /// Age like 7d, 12h, 30m (enqueued before now() minus this; a delivered event keeps no
+        /// delivery time, so the retention counts from the enqueue).
         #[arg(long, value_parser = parse_duration)]
         older_than: Duration,
         /// Outbox table.

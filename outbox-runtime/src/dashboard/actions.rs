@@ -1,6 +1,7 @@
 //! The dashboard's three actions, each running the store's own operator statement (the ones
 //! `outbox retry` and `outbox purge` run): retry one exhausted event, retry every exhausted
-//! event of a type, purge delivered events older than a duration.
+//! event of a type, purge delivered events older than a duration (an event's age counts from
+//! its enqueue: a delivered event keeps no delivery time).
 //!
 //! An action is carried out only when all of these hold, checked in this order:
 //! 1. the dashboard has a token (else it is read-only: 403);

@@ -20,8 +20,8 @@
 //! markup, under a Content-Security-Policy that allows no inline script.
 //!
 //! Without a token the dashboard is read-only. With one, it offers three actions (retry one
-//! exhausted event, retry all exhausted events of a type, purge delivered events older than a
-//! duration), each refused unless the request carries the token in its `Authorization` header
+//! exhausted event, retry all exhausted events of a type, purge delivered events enqueued more
+//! than a duration ago), each refused unless the request carries the token in its `Authorization` header
 //! and, when it comes from a browser, an `Origin` of the dashboard itself (see the `actions` module).
 
 mod actions;

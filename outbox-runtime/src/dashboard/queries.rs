@@ -12,8 +12,8 @@ use crate::store::Store;
 use crate::store::sql::dashboard as sql;
 use crate::store::sql::render;
 
-/// Delivered rows are counted exactly up to this many; beyond it the overview shows the
-/// planner's estimate, so the page costs the same on a table of a thousand rows or a billion.
+/// Delivered events are counted exactly up to this many; beyond it the overview shows the
+/// planner's estimate, so the page costs the same on a table of a thousand events or a billion.
 pub const DELIVERED_EXACT_UP_TO: i64 = 10_000;
 
 fn statement(template: &str, table: &str) -> sqlx::AssertSqlSafe<String> {
@@ -21,7 +21,7 @@ fn statement(template: &str, table: &str) -> sqlx::AssertSqlSafe<String> {
     sqlx::AssertSqlSafe(render(template, table))
 }
 
-/// The delivered rows still kept: exact when few, else an estimate.
+/// The delivered events still kept: exact when few, else an estimate.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeliveredCount {
     /// The count, or the estimate (`None`: more than [`DELIVERED_EXACT_UP_TO`] and the table was
@@ -33,17 +33,23 @@ pub struct DeliveredCount {
     pub at_least: i64,
 }
 
-/// One minute of the last hour.
+/// One minute of the last hour: the events enqueued in it, and where they stand now.
+///
+/// Not a delivery rate: a delivered event keeps no delivery time (the completion deletes its
+/// queue row, the only state it had), so deliveries per minute and the enqueue-to-delivery
+/// latency are the workers' metrics (`outbox_delivered_total`,
+/// `outbox_delivery_latency_seconds`). What the table still tells is whether each minute's
+/// events got through: `enqueued - delivered - exhausted` of them are still open.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Minute {
     /// The minute's start.
     pub minute: DateTime<Utc>,
-    /// Events delivered in it.
+    /// Events enqueued in it (and not purged since).
+    pub enqueued: i64,
+    /// Of those, the events delivered by now.
     pub delivered: i64,
-    /// Median enqueue-to-delivery time of those events, in seconds.
-    pub lag_p50_seconds: Option<f64>,
-    /// 95th percentile of the same.
-    pub lag_p95_seconds: Option<f64>,
+    /// Of those, the events exhausted by now.
+    pub exhausted: i64,
 }
 
 /// One table's line of the overview.
@@ -51,17 +57,17 @@ pub struct Minute {
 pub struct TableOverview {
     /// The outbox table.
     pub table: String,
-    /// Rows waiting to be claimed (including those scheduled for later).
+    /// Events waiting to be claimed (including those scheduled for later).
     pub pending: i64,
-    /// Rows claimed by a worker now.
+    /// Events claimed by a worker now.
     pub processing: i64,
-    /// Delivered rows not yet purged.
+    /// Delivered events not yet purged.
     pub delivered: DeliveredCount,
-    /// Rows that used up their attempts.
+    /// Events that used up their attempts.
     pub exhausted: i64,
     /// How long the oldest pending event has been ready to claim, in seconds.
     pub oldest_pending_age_seconds: Option<f64>,
-    /// The last hour, minute by minute, oldest first.
+    /// The last hour's enqueues, minute by minute, oldest first.
     pub last_hour: Vec<Minute>,
     /// The [`LATEST_FAILURES`] most recently changed failing or exhausted events: the "why"
     /// next to the numbers.
@@ -89,7 +95,8 @@ pub async fn overview(pool: &PgPool, table: &str) -> Result<TableOverview> {
             at_least: capped,
         }
     } else {
-        // reltuples counts every row; the open and exhausted ones were just counted exactly.
+        // reltuples counts every event; the open and exhausted ones (one queue row each) were
+        // just counted exactly.
         let estimate = reltuples.filter(|r| *r >= 0.0).map(|r| {
             (r as i64 - gauges.pending - gauges.processing - gauges.exhausted).max(capped)
         });
@@ -106,9 +113,9 @@ pub async fn overview(pool: &PgPool, table: &str) -> Result<TableOverview> {
         .map(|row| {
             Ok(Minute {
                 minute: row.try_get("minute")?,
+                enqueued: row.try_get("enqueued")?,
                 delivered: row.try_get("delivered")?,
-                lag_p50_seconds: row.try_get("lag_p50_seconds")?,
-                lag_p95_seconds: row.try_get("lag_p95_seconds")?,
+                exhausted: row.try_get("exhausted")?,
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -130,27 +137,32 @@ pub async fn overview(pool: &PgPool, table: &str) -> Result<TableOverview> {
 }
 
 /// One event type and version.
+///
+/// No failure rate: the attempts that failed before a delivery succeeded are not kept (a
+/// delivered event keeps no delivery state), so the table cannot tell failed attempts from all
+/// attempts. The workers' metrics can (`outbox_retried_total` and `outbox_exhausted_total`
+/// against `outbox_delivered_total`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EventTypeRow {
     /// Event name.
     pub event_type: String,
     /// Payload version.
     pub event_version: i32,
-    /// Pending rows.
+    /// Pending events.
     pub pending: i64,
-    /// Rows being delivered.
+    /// Events being delivered.
     pub processing: i64,
-    /// Rows delivered in the last hour (older deliveries are not read).
-    pub delivered_last_hour: i64,
-    /// Exhausted rows.
+    /// Exhausted events.
     pub exhausted: i64,
-    /// Failed attempts the rows record (lease expiries plus handler failures).
+    /// Failed attempts the events not delivered record (lease expiries plus handler failures).
     pub failures: i64,
-    /// failures / (failures + delivered_last_hour); `None` when both are zero.
-    pub failure_rate: Option<f64>,
-    /// The most recent error of a row of this type.
+    /// Events enqueued in the last hour.
+    pub enqueued_last_hour: i64,
+    /// Of those, the events delivered by now.
+    pub delivered_of_last_hour: i64,
+    /// The most recent error of an event of this type not delivered.
     pub last_error: Option<String>,
-    /// When that row last changed.
+    /// When that event's state last changed.
     pub last_failure_at: Option<DateTime<Utc>>,
 }
 
@@ -161,19 +173,15 @@ pub async fn event_types(pool: &PgPool, table: &str) -> Result<Vec<EventTypeRow>
         .await?;
     rows.iter()
         .map(|row| {
-            let failures: i64 = row.try_get("failures")?;
-            let delivered_last_hour: i64 = row.try_get("delivered_last_hour")?;
-            let tries = failures + delivered_last_hour;
-            let failure_rate = (tries > 0).then(|| failures as f64 / tries as f64);
             Ok(EventTypeRow {
                 event_type: row.try_get("event_type")?,
                 event_version: row.try_get("event_version")?,
                 pending: row.try_get("pending")?,
                 processing: row.try_get("processing")?,
-                delivered_last_hour,
                 exhausted: row.try_get("exhausted")?,
-                failures,
-                failure_rate,
+                failures: row.try_get("failures")?,
+                enqueued_last_hour: row.try_get("enqueued_last_hour")?,
+                delivered_of_last_hour: row.try_get("delivered_of_last_hour")?,
                 last_error: row.try_get("last_error")?,
                 last_failure_at: row.try_get("last_failure_at")?,
             })
@@ -184,7 +192,7 @@ pub async fn event_types(pool: &PgPool, table: &str) -> Result<Vec<EventTypeRow>
 /// The filters of the failures view (every one optional).
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
 pub struct FailureFilter {
-    /// `failing` (open rows that failed at least once), `exhausted`, or both when absent.
+    /// `failing` (open events that failed at least once), `exhausted`, or both when absent.
     pub state: Option<String>,
     /// Exactly this event type.
     #[serde(rename = "type")]
@@ -197,7 +205,7 @@ pub struct FailureFilter {
     pub within: Option<std::time::Duration>,
     /// Case-insensitive text the last error contains.
     pub error: Option<String>,
-    /// At most this many rows (default 100, at most 1,000).
+    /// At most this many events (default 100, at most 1,000).
     pub limit: Option<i64>,
 }
 
@@ -230,9 +238,9 @@ pub struct FailureRow {
     pub claimed_by: Option<String>,
     /// When the event was written.
     pub created_at: DateTime<Utc>,
-    /// When the row last changed.
+    /// When its delivery state last changed.
     pub updated_at: DateTime<Utc>,
-    /// When it may be claimed next (pending rows).
+    /// When it may be claimed next (pending events).
     pub available_at: DateTime<Utc>,
 }
 
@@ -295,13 +303,42 @@ pub async fn failures(
         .collect()
 }
 
-/// One step of an event's history, as far as its row tells it.
+/// One step of an event's history, as far as its rows tell it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HistoryStep {
-    /// When, if the row records it.
+    /// When, if the rows record it.
     pub at: Option<DateTime<Utc>>,
     /// What happened.
     pub what: String,
+}
+
+/// The delivery state of an event that is not delivered: its queue row. A delivered event has
+/// none (the completion deletes it), so it keeps no attempts, error, claims or times but its
+/// enqueue's.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueState {
+    /// When it may be claimed next.
+    pub available_at: DateTime<Utc>,
+    /// The lease of the current claim (processing events).
+    pub lease_until: Option<DateTime<Utc>>,
+    /// The worker that held the last claim.
+    pub claimed_by: Option<String>,
+    /// Claims so far (the fencing token).
+    pub claim_version: i64,
+    /// Attempts charged since the last operator retry.
+    pub attempts: i32,
+    /// Attempts allowed.
+    pub max_attempts: i32,
+    /// Claims that ended with an expired lease.
+    pub lease_expiries: i32,
+    /// Attempts a handler reported as failed.
+    pub handler_failures: i32,
+    /// The last error.
+    pub last_error: Option<String>,
+    /// When the state last changed.
+    pub updated_at: DateTime<Utc>,
+    /// When it was exhausted.
+    pub exhausted_at: Option<DateTime<Utc>>,
 }
 
 /// One event, in full (the payload only when the dashboard shows payloads).
@@ -327,35 +364,13 @@ pub struct EventDetail {
     pub payload: Option<serde_json::Value>,
     /// Whether this dashboard shows payloads.
     pub payload_shown: bool,
-    /// Current status.
-    pub status: String,
-    /// When it may be claimed next.
-    pub available_at: DateTime<Utc>,
-    /// The lease of the current claim (processing rows).
-    pub lease_until: Option<DateTime<Utc>>,
-    /// The worker that held the last claim.
-    pub claimed_by: Option<String>,
-    /// Claims so far (the fencing token).
-    pub claim_version: i64,
-    /// Attempts charged since the last operator retry.
-    pub attempts: i32,
-    /// Attempts allowed.
-    pub max_attempts: i32,
-    /// Claims that ended with an expired lease.
-    pub lease_expiries: i32,
-    /// Attempts a handler reported as failed.
-    pub handler_failures: i32,
-    /// The last error.
-    pub last_error: Option<String>,
     /// When it was written.
     pub created_at: DateTime<Utc>,
-    /// When the row last changed.
-    pub updated_at: DateTime<Utc>,
-    /// When it was delivered.
-    pub delivered_at: Option<DateTime<Utc>>,
-    /// When it was exhausted.
-    pub exhausted_at: Option<DateTime<Utc>>,
-    /// The history the row's columns tell.
+    /// `pending`, `processing`, `exhausted` or `delivered`.
+    pub status: String,
+    /// Its delivery state while it is not delivered; `None` once delivered.
+    pub queue: Option<QueueState>,
+    /// The history the rows' columns tell.
     pub history: Vec<HistoryStep>,
 }
 
@@ -374,6 +389,24 @@ pub async fn event(
     else {
         return Ok(None);
     };
+    let queued: bool = row.try_get("queued")?;
+    let queue = if queued {
+        Some(QueueState {
+            available_at: row.try_get("available_at")?,
+            lease_until: row.try_get("lease_until")?,
+            claimed_by: row.try_get("claimed_by")?,
+            claim_version: row.try_get("claim_version")?,
+            attempts: row.try_get("attempts")?,
+            max_attempts: row.try_get("max_attempts")?,
+            lease_expiries: row.try_get("lease_expiries")?,
+            handler_failures: row.try_get("handler_failures")?,
+            last_error: row.try_get("last_error")?,
+            updated_at: row.try_get("updated_at")?,
+            exhausted_at: row.try_get("exhausted_at")?,
+        })
+    } else {
+        None
+    };
     let mut detail = EventDetail {
         event_id: row.try_get("event_id")?,
         operation_key: row.try_get("operation_key")?,
@@ -385,20 +418,9 @@ pub async fn event(
         headers: row.try_get("headers")?,
         payload: row.try_get("payload")?,
         payload_shown: show_payload,
-        status: row.try_get("status")?,
-        available_at: row.try_get("available_at")?,
-        lease_until: row.try_get("lease_until")?,
-        claimed_by: row.try_get("claimed_by")?,
-        claim_version: row.try_get("claim_version")?,
-        attempts: row.try_get("attempts")?,
-        max_attempts: row.try_get("max_attempts")?,
-        lease_expiries: row.try_get("lease_expiries")?,
-        handler_failures: row.try_get("handler_failures")?,
-        last_error: row.try_get("last_error")?,
         created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-        delivered_at: row.try_get("delivered_at")?,
-        exhausted_at: row.try_get("exhausted_at")?,
+        status: row.try_get("status")?,
+        queue,
         history: Vec::new(),
     };
     let read_at: DateTime<Utc> = row.try_get("read_at")?;
@@ -406,54 +428,60 @@ pub async fn event(
     Ok(Some(detail))
 }
 
-/// What the row's columns say happened, in order. The row keeps counters and the latest times,
-/// not a log: each claim, failure and expiry is a count, and only the last change has a time.
+/// What the event's rows say happened, in order. The queue row keeps counters and the latest
+/// times, not a log: each claim, failure and expiry is a count, and only the last change has a
+/// time. A delivered event has no queue row left, so its history is its enqueue and its
+/// delivery, without a time.
 fn history(e: &EventDetail, read_at: DateTime<Utc>) -> Vec<HistoryStep> {
     let mut steps = vec![HistoryStep {
         at: Some(e.created_at),
         what: "written (pending)".to_owned(),
     }];
-    if e.claim_version > 0 {
-        let mut what = format!("claimed {} time(s)", e.claim_version);
-        if let Some(worker) = &e.claimed_by {
+    let Some(q) = &e.queue else {
+        steps.push(HistoryStep {
+            at: None,
+            what: "delivered (a delivered event keeps no delivery time, attempts or errors)"
+                .to_owned(),
+        });
+        return steps;
+    };
+    if q.claim_version > 0 {
+        let mut what = format!("claimed {} time(s)", q.claim_version);
+        if let Some(worker) = &q.claimed_by {
             what.push_str(&format!(", last by {worker}"));
         }
         steps.push(HistoryStep { at: None, what });
     }
-    if e.handler_failures > 0 {
+    if q.handler_failures > 0 {
         steps.push(HistoryStep {
             at: None,
-            what: format!("a handler reported failure {} time(s)", e.handler_failures),
+            what: format!("a handler reported failure {} time(s)", q.handler_failures),
         });
     }
-    if e.lease_expiries > 0 {
+    if q.lease_expiries > 0 {
         steps.push(HistoryStep {
             at: None,
             what: format!(
                 "a lease expired {} time(s) (worker crashed or stalled)",
-                e.lease_expiries
+                q.lease_expiries
             ),
         });
     }
     let now = match e.status.as_str() {
-        "delivered" => HistoryStep {
-            at: e.delivered_at,
-            what: "delivered".to_owned(),
-        },
         "exhausted" => HistoryStep {
-            at: e.exhausted_at,
+            at: q.exhausted_at,
             what: format!(
                 "exhausted after {} of {} attempts",
-                e.attempts, e.max_attempts
+                q.attempts, q.max_attempts
             ),
         },
         "processing" => HistoryStep {
-            at: Some(e.updated_at),
-            what: match e.lease_until {
+            at: Some(q.updated_at),
+            what: match q.lease_until {
                 Some(lease) if lease > read_at => format!(
                     "being delivered (attempt {} of {}), lease ends in {}s",
-                    e.attempts,
-                    e.max_attempts,
+                    q.attempts,
+                    q.max_attempts,
                     (lease - read_at).num_seconds()
                 ),
                 _ => {
@@ -461,20 +489,20 @@ fn history(e: &EventDetail, read_at: DateTime<Utc>) -> Vec<HistoryStep> {
                 }
             },
         },
-        _ if e.available_at > read_at => HistoryStep {
-            at: Some(e.updated_at),
+        _ if q.available_at > read_at => HistoryStep {
+            at: Some(q.updated_at),
             what: format!(
                 "pending, waiting to retry (attempt {} of {} used), claimable in {}s",
-                e.attempts,
-                e.max_attempts,
-                (e.available_at - read_at).num_seconds()
+                q.attempts,
+                q.max_attempts,
+                (q.available_at - read_at).num_seconds()
             ),
         },
         _ => HistoryStep {
-            at: Some(e.updated_at),
+            at: Some(q.updated_at),
             what: format!(
                 "pending, claimable now ({} of {} attempts used)",
-                e.attempts, e.max_attempts
+                q.attempts, q.max_attempts
             ),
         },
     };

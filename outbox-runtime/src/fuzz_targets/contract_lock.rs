@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::contract::Contract;
 use crate::generate::{
-    CompiledEvent, ContractLock, FolderSnapshot, GenerateError, LOCK_FILE, plan,
+    CompiledEvent, ContractLock, FolderSnapshot, GenerateError, LOCK_FILE, LOCK_FORMAT, plan,
 };
 
 /// The one event the target's binary "compiles".
@@ -29,10 +29,12 @@ fn compiled_event() -> CompiledEvent {
 ///
 /// - a lock it refuses is a typed error that names what is wrong: for a lock it cannot read,
 ///   the position in the text, the format, the event name or the table; for a drift, the event
-///   and its version; for a listed migration, the file;
+///   and its version; for a listed migration, the file; for a table it cannot upgrade, the table;
 /// - a lock it accepts is rewritten in the canonical form (which reads back to itself), keeps
 ///   every (name, version) the input listed (removed versions stay), and records the compiled
-///   event with its fingerprint.
+///   event with its fingerprint;
+/// - the tables of an accepted lock of format 1 are each upgraded by the new migration, and the
+///   written lock, like every written lock that lists a table, has the current format.
 ///
 /// # Panics
 /// When one of those invariants does not hold.
@@ -68,6 +70,27 @@ pub fn check_contract_lock(data: &[u8]) {
                 .expect("the compiled event is locked");
             assert!(entry.compiled);
             assert_eq!(entry.fingerprint, event.contract.fingerprint());
+            if !written.tables.is_empty() {
+                assert_eq!(
+                    written.format, LOCK_FORMAT,
+                    "tables listed under an old format"
+                );
+            }
+            if input.format < LOCK_FORMAT {
+                let migration = plan.migration.map(|m| m.sql).unwrap_or_default();
+                for table in &input.tables {
+                    assert!(
+                        migration.contains(&format!("-- ==== Outbox table {table}: upgrade")),
+                        "{table} of a format {} lock is not upgraded",
+                        input.format
+                    );
+                }
+            }
+        }
+        Err(GenerateError::TableNotUpgradable { table, reason }) => {
+            let input = ContractLock::parse(text).expect("a lock listing tables parses");
+            assert!(input.tables.contains(&table), "{table} is not in the lock");
+            assert!(reason.contains(&table), "{reason}");
         }
         Err(GenerateError::LockUnreadable { path, reason }) => {
             assert_eq!(path, std::path::Path::new(LOCK_FILE));
@@ -117,6 +140,7 @@ mod tests {
             Just("outbox".to_owned()),
             "[a-z_][a-z0-9_]{0,8}",
             Just("select".to_owned()),
+            Just("jobs_queue".to_owned()),
             "[A-Za-z; \"'\\-]{0,8}",
         ]
     }
@@ -255,10 +279,11 @@ mod tests {
             json!({"name": name, "version": 1, "type_name": "t", "table": table,
                    "fingerprint": fingerprint, "compiled": true, "shape": {"type": "object"}})
         };
-        let lock = |contracts: Vec<Value>, migrations: Vec<Value>| {
-            json!({"format": 1, "migrations": migrations, "tables": [], "contracts": contracts})
+        let lock_with_tables = |contracts: Vec<Value>, migrations: Vec<Value>, tables: &[&str]| {
+            json!({"format": 1, "migrations": migrations, "tables": tables, "contracts": contracts})
                 .to_string()
         };
+        let lock = |contracts, migrations| lock_with_tables(contracts, migrations, &[]);
         let folder = |text: &str| FolderSnapshot {
             files: BTreeMap::from([(LOCK_FILE.to_owned(), text.to_owned())]),
         };
@@ -284,6 +309,12 @@ mod tests {
                 "migration",
             ),
             ("{\"format\": 9}".to_owned(), "format"),
+            ("{\"format\": 0}".to_owned(), "format"),
+            (lock_with_tables(vec![], vec![], &["orders"]), "ok"),
+            (
+                lock_with_tables(vec![], vec![], &["jobs_queue"]),
+                "not upgradable",
+            ),
             ("{\"format\": 1,".to_owned(), "syntax"),
         ];
         for (text, expected) in cases {
@@ -303,6 +334,7 @@ mod tests {
                         "syntax"
                     }
                 }
+                Err(GenerateError::TableNotUpgradable { .. }) => "not upgradable",
                 Err(other) => panic!("{other}"),
             };
             assert_eq!(outcome, expected, "{text}");

@@ -114,6 +114,21 @@ pub enum GenerateError {
         /// Why.
         reason: String,
     },
+    /// A table an earlier generator created in the one-table layout cannot be upgraded to the
+    /// split layout under its name (too long for the queue table's index names).
+    #[error(
+        "{table} was created by an earlier `outbox migrations generate` in the one-table layout, and the \
+         migration that upgrades it to the split layout cannot be written: {reason}. Rename it first: in a \
+         migration of your own, `ALTER TABLE {table} RENAME TO <shorter name>`; point its events at the new \
+         name (`#[outbox(table = \"...\")]`), replace the name in the \"tables\" list of outbox.lock, then \
+         generate again"
+    )]
+    TableNotUpgradable {
+        /// The table, as the lock lists it (a valid table name).
+        table: String,
+        /// Why.
+        reason: String,
+    },
     /// A migration the lock lists was edited or deleted.
     #[error(
         "{file} was written by the generator and is listed in {lock} with another checksum{what}; \

@@ -1,14 +1,22 @@
 //! Least privilege: the grants for an enqueuer role and a worker role.
 //!
 //! The roles themselves are the operator's (`CREATE ROLE ... LOGIN PASSWORD ...`); this only
-//! writes the GRANT statements, so they can go into a migration or be applied by hand.
+//! writes the GRANT statements, so they can go into a migration or be applied by hand. The
+//! upgrade of a table to the split layout gives the same grants again, on both tables, to the
+//! roles that held them before ([`upgrade_grants_sql`]).
 
 use super::render::fill;
 use crate::contract::shown;
 use crate::error::{Error, Result};
 
-/// Grants on one outbox table (template; `{table}`, `{enqueuer}`, `{worker}`).
-const TABLE_GRANTS: &str = include_str!("sql/grants.sql");
+/// The enqueuer's grants on one outbox table and its queue table (template; `{table}`,
+/// `{enqueuer}`).
+const ENQUEUER_GRANTS: &str = include_str!("sql/grants_enqueuer.sql");
+/// The worker's (template; `{table}`, `{worker}`).
+const WORKER_GRANTS: &str = include_str!("sql/grants_worker.sql");
+/// The grants of the roles that held the earlier ones, for an upgraded table (template;
+/// `{table}`, `{enqueuer_grants}` and `{worker_grants}`, each with its role left to fill).
+const UPGRADE_GRANTS: &str = include_str!("sql/grants_upgrade.sql");
 /// Grants on the contract registry (template; `{worker}`, `{enqueuer}`).
 const REGISTRY_GRANTS: &str = include_str!("sql/grants_registry.sql");
 /// Grants on the consumer-side inbox (template; `{consumer}`).
@@ -35,15 +43,16 @@ pub fn grants_sql(tables: &[&str], enqueuer: &str, worker: &str) -> Result<Strin
             Error::InvalidTableName(_) => Error::InvalidTableName(shown(table)),
             other => other,
         })?;
-        sql.push_str(&fill(
-            TABLE_GRANTS,
-            &[
-                ("table", (*table).to_owned()),
-                ("enqueuer", enqueuer.to_owned()),
-                ("worker", worker.to_owned()),
-            ],
-        ));
-        sql.push('\n');
+        for (template, key, role) in [
+            (ENQUEUER_GRANTS, "enqueuer", enqueuer),
+            (WORKER_GRANTS, "worker", worker),
+        ] {
+            sql.push_str(&fill(
+                template,
+                &[("table", (*table).to_owned()), (key, role.to_owned())],
+            ));
+            sql.push('\n');
+        }
     }
     sql.push_str(&fill(
         REGISTRY_GRANTS,
@@ -53,6 +62,31 @@ pub fn grants_sql(tables: &[&str], enqueuer: &str, worker: &str) -> Result<Strin
         ],
     ));
     Ok(sql)
+}
+
+/// For the migration that upgrades `table` to the split layout, after the upgrade: a block that
+/// gives [`grants_sql`]'s grants on `table` and its queue table to every role that holds the
+/// rights the earlier grants gave on `table` (an enqueuer: INSERT of the payload; a worker:
+/// DELETE), so that neither role is refused by the queue table it has never been granted.
+/// `table` must be a valid table name (the caller rendered its upgrade). The base schema's
+/// `migrations/0004_split_layout.sql` ends with this for `outbox`.
+pub fn upgrade_grants_sql(table: &str) -> String {
+    // The statements only: the block's own comment says what they are for.
+    let for_role = |template: &str| {
+        let statements: Vec<&str> = template
+            .lines()
+            .filter(|line| !line.starts_with("--"))
+            .collect();
+        fill(&statements.join("\n"), &[("table", table.to_owned())])
+    };
+    fill(
+        UPGRADE_GRANTS,
+        &[
+            ("table", table.to_owned()),
+            ("enqueuer_grants", for_role(ENQUEUER_GRANTS)),
+            ("worker_grants", for_role(WORKER_GRANTS)),
+        ],
+    )
 }
 
 /// The GRANT statements giving each of `consumers` the right to apply events once through
@@ -80,10 +114,11 @@ const SPECIAL_ROLE_NAMES: [&str; 6] = [
     "user",
 ];
 
-/// Role names follow the table name rule: spliced into SQL, so only plain identifiers that are
-/// not reserved words (`current_user` unquoted would grant to whoever applies the SQL). A name
-/// outside the rule is refused, not quoted: the same name goes on the operator's command line
-/// and into `CREATE ROLE`, where a quoted, case-sensitive name is a trap.
+/// Role names follow the identifier rule of table names (not their `_queue` rule, which is about
+/// tables): spliced into SQL, so only plain identifiers that are not reserved words
+/// (`current_user` unquoted would grant to whoever applies the SQL). A name outside the rule is
+/// refused, not quoted: the same name goes on the operator's command line and into `CREATE
+/// ROLE`, where a quoted, case-sensitive name is a trap.
 /// Never one of [`SPECIAL_ROLE_NAMES`] nor a `pg_` name (PostgreSQL reserves those for its
 /// predefined roles, such as `pg_write_all_data`).
 fn validate_role_name(role: &str) -> Result<()> {
@@ -95,7 +130,7 @@ fn validate_role_name(role: &str) -> Result<()> {
             shown(role)
         )));
     }
-    crate::store::validate_table_name(role).map_err(|_| {
+    crate::store::sql::validate_identifier(role).map_err(|_| {
         Error::Config(format!(
             "`{}` is not a usable role name here: use 1 to 63 lowercase ASCII letters, digits and underscores, \
              starting with a letter or underscore, and not a reserved word",
@@ -113,6 +148,9 @@ mod tests {
         assert!(grants_sql(&["outbox"], "app; DROP TABLE outbox", "w").is_err());
         assert!(grants_sql(&["Outbox"], "e", "w").is_err());
         assert!(grants_sql(&["outbox"], "same", "same").is_err());
+        // A table's queue is `{table}_queue`, so no outbox table ends in `_queue`; a role may.
+        assert!(grants_sql(&["orders_queue"], "e", "w").is_err());
+        assert!(grants_sql(&["outbox"], "billing_queue", "w").is_ok());
         for special in SPECIAL_ROLE_NAMES.iter().chain(&["pg_write_all_data"]) {
             let err = grants_sql(&["outbox"], special, "w")
                 .unwrap_err()
@@ -123,6 +161,8 @@ mod tests {
         }
         let sql = grants_sql(&["outbox", "order_outbox"], "enq", "wrk").unwrap();
         assert!(sql.contains("ON order_outbox TO enq;"));
+        assert!(sql.contains("ON order_outbox_queue TO enq;"));
+        assert!(sql.contains("GRANT SELECT, DELETE ON order_outbox_queue TO wrk;"));
         assert!(sql.contains("GRANT SELECT ON outbox_contracts TO wrk;"));
         assert!(sql.contains(
             "GRANT SELECT (event_type, event_version, fingerprint, type_name) ON outbox_contracts TO enq;"

@@ -13,7 +13,15 @@ pub const LOCK_FILE: &str = "outbox.lock";
 
 /// The format version written into the lock; a lock with a higher one was written by a newer
 /// generator and is refused rather than rewritten.
-pub const LOCK_FORMAT: u32 = 1;
+///
+/// What a format says about the outbox tables the lock lists ([`ContractLock::tables`]):
+/// - 1: they were created in the one-table layout (the state columns on the event row); the next
+///   generation upgrades each of them to the split layout, once, and writes format 2;
+/// - 2: they are in the split layout (the event table and its `{table}_queue`).
+pub const LOCK_FORMAT: u32 = 2;
+
+/// The format whose tables are in the one-table layout of earlier versions.
+pub const ONE_TABLE_LAYOUT_FORMAT: u32 = 1;
 
 /// The parsed contract lock.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,7 +36,8 @@ pub struct ContractLock {
     /// history and must not be edited or deleted.
     #[serde(default)]
     pub migrations: Vec<LockedMigration>,
-    /// Outbox tables (other than the base `outbox` table) the generated migrations create.
+    /// Outbox tables (other than the base `outbox` table) the generated migrations create, in the
+    /// layout [`ContractLock::format`] says.
     #[serde(default)]
     pub tables: Vec<String>,
     /// Every contract declared so far, sorted by (name, version); removed versions stay.

@@ -7,11 +7,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use sha2::Digest;
 
 use super::error::{GenerateError, ShapeDrift};
-use super::lock::{ContractLock, LOCK_FILE, LOCK_FORMAT, LockedContract, LockedMigration};
+use super::lock::{
+    ContractLock, LOCK_FILE, LOCK_FORMAT, LockedContract, LockedMigration, ONE_TABLE_LAYOUT_FORMAT,
+};
 use super::render::{MigrationContent, migration_sql};
 use super::shape_diff::diff_shapes;
 use crate::contract::{Contract, EventRegistration, shown};
-use crate::store::{DEFAULT_TABLE, create_table_sql};
+use crate::store::{DEFAULT_TABLE, create_table_sql, upgrade_split_layout_sql};
 
 /// One compiled event version, as the generator sees it: its contract and its outbox table.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,9 +137,16 @@ const MIGRATION_DESCRIPTION: &str = "outbox_events";
 
 /// Work out what the folder should contain for `events`.
 ///
+/// Tables the lock lists were created by earlier generated migrations. A lock of format 1 lists
+/// them in the one-table layout: the new migration upgrades each of them to the split layout
+/// (`store::upgrade_split_layout_sql`), whether or not an event still names it (its rows are
+/// still there, and so are its workers' statements), and the lock becomes format 2, so no later
+/// run upgrades them again.
+///
 /// Fails when a contract changed shape under the same version (naming every changed field),
-/// when two types declare one (name, version), when an event names an unusable table, or when
-/// a migration the lock lists was edited or deleted.
+/// when two types declare one (name, version), when an event names an unusable table, when a
+/// table the lock lists cannot be upgraded, or when a migration the lock lists was edited or
+/// deleted.
 pub fn plan(events: &[CompiledEvent], folder: &FolderSnapshot) -> Result<Plan, GenerateError> {
     let compiled = compile(events)?;
     let existing_lock_text = folder.files.get(LOCK_FILE);
@@ -186,6 +195,23 @@ pub fn plan(events: &[CompiledEvent], folder: &FolderSnapshot) -> Result<Plan, G
         writers.entry(&c.table).or_default().push(c.label());
     }
     let locked_tables: BTreeSet<&str> = lock.tables.iter().map(String::as_str).collect();
+    let upgrades = if lock.format == ONE_TABLE_LAYOUT_FORMAT {
+        locked_tables
+            .iter()
+            .map(|table| {
+                let upgrade = upgrade_split_layout_sql(table).map_err(|e| {
+                    GenerateError::TableNotUpgradable {
+                        table: (*table).to_owned(),
+                        reason: e.to_string(),
+                    }
+                })?;
+                let grants = super::grants::upgrade_grants_sql(table);
+                Ok((*table, format!("{}\n\n{grants}", upgrade.trim_end())))
+            })
+            .collect::<Result<Vec<_>, GenerateError>>()?
+    } else {
+        Vec::new()
+    };
     let mut new_tables = Vec::new();
     for (table, events) in writers.iter().filter(|(t, _)| !locked_tables.contains(**t)) {
         let ddl = create_table_sql(table).map_err(|e| GenerateError::InvalidTable {
@@ -209,10 +235,11 @@ pub fn plan(events: &[CompiledEvent], folder: &FolderSnapshot) -> Result<Plan, G
         .collect();
 
     let mut next_lock = lock.clone();
-    let migration = if to_register.is_empty() && new_tables.is_empty() {
+    let migration = if to_register.is_empty() && new_tables.is_empty() && upgrades.is_empty() {
         None
     } else {
         let sql = migration_sql(&MigrationContent {
+            upgrades,
             tables: new_tables.clone(),
             contracts: to_register.clone(),
         });
@@ -236,6 +263,12 @@ pub fn plan(events: &[CompiledEvent], folder: &FolderSnapshot) -> Result<Plan, G
         if !compiled.contains_key(&(l.name.clone(), l.version)) {
             l.compiled = false;
         }
+    }
+    // Every table is in the split layout now (the old ones upgraded above). A lock that lists no
+    // table keeps its format: it says the same in either, and rewriting it for the number alone
+    // would make every such folder stale (`check` fails in CI) with nothing to apply.
+    if !next_lock.tables.is_empty() {
+        next_lock.format = LOCK_FORMAT;
     }
     let lock_text = next_lock.render();
     let lock_changed = existing_lock_text != Some(&lock_text);
@@ -272,7 +305,8 @@ fn compile(
             GenerateError::InvalidTable {
                 event: format!("{} v{}", c.name, c.version),
                 table: shown(&event.table),
-                // The store's message repeats the table unescaped.
+                // The store's message for an invalid identifier repeats it unescaped; its other
+                // messages (a reserved word, the `_queue` suffix) only ever name a plain one.
                 reason: match e {
                     crate::Error::InvalidTableName(_) => "use 1 to 63 lowercase ASCII letters, digits and \
                                                           underscores, starting with a letter or underscore"
@@ -316,10 +350,22 @@ fn read_lock(text: &str) -> Result<ContractLock, GenerateError> {
             ),
         });
     }
+    if lock.format < ONE_TABLE_LAYOUT_FORMAT {
+        return Err(GenerateError::LockUnreadable {
+            path: LOCK_FILE.into(),
+            reason: format!(
+                "it has format {}, which no generator writes (formats {ONE_TABLE_LAYOUT_FORMAT} to {LOCK_FORMAT})",
+                lock.format
+            ),
+        });
+    }
     // A lock edited by hand (or written before names were checked) must not smuggle a name or
-    // a table into the SQL of a warning or a new migration.
+    // a table into the SQL of a warning or a new migration. Tables are held to the identifier
+    // rule only: the table rules that came later (no `_queue` suffix, the length the queue's
+    // index names leave) are about tables the store can serve, and one an earlier generator
+    // created that breaks them is refused by its upgrade, saying how to rename it.
     for c in &lock.contracts {
-        let table_ok = crate::store::validate_table_name(&c.table).is_ok();
+        let table_ok = crate::store::sql::validate_identifier(&c.table).is_ok();
         let problem = match crate::contract::validate_event_name(&c.name) {
             Err(e) => Some(e.to_string()),
             Ok(()) if !table_ok => Some(format!(
@@ -340,7 +386,7 @@ fn read_lock(text: &str) -> Result<ContractLock, GenerateError> {
     if let Some(table) = lock
         .tables
         .iter()
-        .find(|t| crate::store::validate_table_name(t).is_err())
+        .find(|t| crate::store::sql::validate_identifier(t).is_err())
     {
         return Err(GenerateError::LockUnreadable {
             path: LOCK_FILE.into(),

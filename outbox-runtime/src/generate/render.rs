@@ -1,5 +1,6 @@
-//! The text of a generated migration: the outbox tables the events name and the contract
-//! registry rows, with comments naming each event so the file reads well in review.
+//! The text of a generated migration: the upgrade of the outbox tables earlier generated
+//! migrations created in the one-table layout, the outbox tables the events name and the
+//! contract registry rows, with comments naming each event so the file reads well in review.
 //!
 //! Everything here is a function of its input only (no clock, no tool version, sorted input),
 //! so generating twice from the same events yields the same bytes.
@@ -29,6 +30,8 @@ SET fingerprint = EXCLUDED.fingerprint,
 
 /// Input of [`migration_sql`].
 pub(crate) struct MigrationContent<'a> {
+    /// Tables to upgrade to the split layout, with the upgrade's SQL (sorted by table).
+    pub upgrades: Vec<(&'a str, String)>,
     /// Tables to create, with their DDL and the events written to them (sorted by table).
     pub tables: Vec<(&'a str, String, Vec<String>)>,
     /// Contracts to register (sorted by name, version).
@@ -47,6 +50,14 @@ pub(crate) fn migration_sql(content: &MigrationContent<'_>) -> String {
          -- Do not edit: sqlx checksums applied migrations, and outbox.lock records this file's SHA-256.\n\
          -- To change an event's payload: bump its version, generate, commit.\n--\n",
     );
+    if !content.upgrades.is_empty() {
+        let names: Vec<&str> = content.upgrades.iter().map(|(t, _)| *t).collect();
+        let _ = writeln!(
+            sql,
+            "-- Upgrades outbox tables to the split layout: {}",
+            comment_text(&names.join(", "))
+        );
+    }
     if !content.tables.is_empty() {
         let names: Vec<&str> = content.tables.iter().map(|(t, _, _)| *t).collect();
         let _ = writeln!(
@@ -62,6 +73,22 @@ pub(crate) fn migration_sql(content: &MigrationContent<'_>) -> String {
             .map(|c| comment_text(&c.label()))
             .collect();
         let _ = writeln!(sql, "-- Registers contracts: {}", names.join(", "));
+    }
+
+    // Before the new tables: a table is either upgraded or created, never both, but the upgrades
+    // are what the events already written wait for.
+    for (table, ddl) in &content.upgrades {
+        let _ = write!(
+            sql,
+            "\n-- ==== Outbox table {table}: upgrade to the split layout ({queue}) ====\n\
+             -- Created by an earlier generated migration with the delivery state on the event row.\n\
+             -- The state of the events not delivered moves to {queue}; delivered events keep no state.\n\
+             -- Stop the workers of the earlier version first: they fail on the dropped columns.\n\n{}",
+            ddl.trim_end(),
+            table = comment_text(table),
+            queue = comment_text(&crate::store::queue_table(table)),
+        );
+        sql.push('\n');
     }
 
     for (table, ddl, events) in &content.tables {

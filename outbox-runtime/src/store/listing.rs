@@ -34,11 +34,14 @@ pub struct StoredEvent {
     pub headers: serde_json::Value,
     /// `pending`, `processing`, `delivered` or `exhausted`.
     pub status: String,
-    /// Attempts charged so far.
-    pub attempts: i32,
-    /// Attempts allowed.
-    pub max_attempts: i32,
-    /// The last failure recorded, if any.
+    /// Attempts charged so far; `None` once delivered. A delivered event keeps no delivery
+    /// state: the completion deletes its queue row, and with it the attempts, the limit and the
+    /// last error.
+    pub attempts: Option<i32>,
+    /// Attempts allowed; `None` once delivered (see `attempts`).
+    pub max_attempts: Option<i32>,
+    /// The last failure recorded while the event is not delivered; `None` when it never failed,
+    /// and once delivered (see `attempts`).
     pub last_error: Option<String>,
 }
 

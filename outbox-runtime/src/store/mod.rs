@@ -33,13 +33,30 @@ use crate::error::{PayloadPart, Result};
 use crate::payload_limits;
 use sql::Statements;
 
-/// The DDL of an outbox table named `table` (table and indexes, `IF NOT EXISTS`), rendered from
-/// `store/sql/create_table.sql`. `migrations/0001_outbox.sql` is this for `outbox`.
+/// The DDL of an outbox table named `table`: the event table `table`, its queue table
+/// `{table}_queue` and their indexes, `IF NOT EXISTS`, rendered from `store/sql/create_table.sql`
+/// and `store/sql/create_queue_table.sql`. The base schema's `migrations/0001_outbox.sql`
+/// followed by `0004_split_layout.sql` reach the same tables for `outbox`.
 ///
-/// Fails when `table` is not a valid identifier, or is longer than 49 characters (its index
-/// names must fit PostgreSQL's 63-character limit).
+/// Fails when `table` is not a valid identifier, ends in `_queue`, or is longer than 43
+/// characters (its index names must fit PostgreSQL's 63-character limit).
 pub fn create_table_sql(table: &str) -> Result<String> {
     sql::render_create_table(table)
+}
+
+/// The upgrade of an outbox table named `table` from the one-table layout of earlier versions
+/// to the split layout of [`create_table_sql`]: creates
+/// `{table}_queue`, moves the state of every event not delivered into it, and drops the state
+/// columns from `table`. For a migration's transaction; it locks `table` first.
+/// `migrations/0004_split_layout.sql` is this for `outbox`. Fails like [`create_table_sql`].
+pub fn upgrade_split_layout_sql(table: &str) -> Result<String> {
+    sql::render_upgrade_split_layout(table)
+}
+
+/// The queue table of the outbox table `table`: `{table}_queue`, the delivery state of its
+/// events that are not delivered.
+pub fn queue_table(table: &str) -> String {
+    format!("{table}{}", sql::QUEUE_SUFFIX)
 }
 
 /// The LISTEN/NOTIFY channel that enqueue wakes workers of `table` on: the table name itself.
@@ -219,7 +236,7 @@ pub struct Stats {
     pub pending: i64,
     /// Rows claimed by a worker.
     pub processing: i64,
-    /// Rows delivered and not yet purged.
+    /// Events delivered and not yet purged.
     pub delivered: i64,
     /// Rows that used up their attempts or failed permanently.
     pub exhausted: i64,
@@ -241,6 +258,36 @@ pub struct QueueGauges {
     pub exhausted: i64,
     /// As [`Stats::oldest_pending_age`].
     pub oldest_pending_age: Option<Duration>,
+}
+
+/// Where an event stands, as told by [`Store::event_status`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventStatus {
+    /// Waiting to be claimed (perhaps scheduled for later: a delay, a retry's backoff).
+    Pending,
+    /// Claimed by a worker, being delivered.
+    Processing,
+    /// Delivered: kept as history until the purge.
+    Delivered,
+    /// Attempts used up or failed permanently; waits for an operator's retry.
+    Exhausted,
+}
+
+impl EventStatus {
+    fn from_stored(status: &str) -> Result<EventStatus> {
+        Ok(match status {
+            "pending" => EventStatus::Pending,
+            "processing" => EventStatus::Processing,
+            "delivered" => EventStatus::Delivered,
+            "exhausted" => EventStatus::Exhausted,
+            other => {
+                return Err(crate::error::Error::Config(format!(
+                    "the outbox table holds an unknown status `{other}`; this version knows pending, \
+                     processing, delivered and exhausted: is a newer version writing to the table?"
+                )));
+            }
+        })
+    }
 }
 
 /// One exhausted event, as listed by [`Store::exhausted_events`] for an operator.
@@ -522,7 +569,8 @@ impl Store {
         }
     }
 
-    /// Mark one claimed event delivered, if the claim is still ours.
+    /// Mark one claimed event delivered (its queue row is deleted; the event stays until the
+    /// purge), if the claim is still ours.
     pub async fn complete_if_owned(&self, claim: Claim) -> Result<Ownership> {
         let done = sqlx::query(self.sql.complete)
             .bind(claim.id)
@@ -532,17 +580,18 @@ impl Store {
         Ok(ownership(done.rows_affected()))
     }
 
-    /// Mark many claimed events delivered in one statement; returns the claims that were
-    /// lost (every other claim was completed).
+    /// Mark many claimed events delivered in one statement (their queue rows are deleted; the
+    /// events stay until the purge); returns the claims that were lost (every other claim was
+    /// completed).
     pub async fn complete_many_if_owned(&self, claims: &[Claim]) -> Result<Vec<Claim>> {
         self.fenced_batch(self.sql.complete_many, claims, None)
             .await
     }
 
-    /// Complete many claimed events by deleting their rows, in one statement; returns the
-    /// claims that were lost (their rows are left as they are). The cheapest completion: no
-    /// delivered history is kept, and the operation keys are free again at once. A worker with
-    /// a retention of zero completes this way.
+    /// Complete many claimed events and delete the events too, in one statement; returns the
+    /// claims that were lost (their rows are left as they are). No delivered history is kept,
+    /// and the operation keys are free again at once. A worker with a retention of zero
+    /// completes this way.
     pub async fn complete_many_by_deleting_if_owned(&self, claims: &[Claim]) -> Result<Vec<Claim>> {
         self.fenced_batch(self.sql.complete_many_delete, claims, None)
             .await
@@ -558,20 +607,16 @@ impl Store {
         fenced_batch_on(&self.pool, statement, claims, lease).await
     }
 
-    /// Of `claims`, the ones an earlier completion by the very same claim already settled: the
-    /// row is `delivered` under that claim_version, or, with `by_deleting`, the row is gone.
+    /// Of `claims`, the ones whose events an earlier completion already settled: their queue
+    /// rows are gone, so the events are delivered.
     ///
     /// For a completion whose outcome is unknown (the connection died after the statement was
-    /// sent, so it may have committed) and whose retry reported these claims lost. A row
-    /// delivered under the claim's own claim_version was delivered by that claim: no other claim
-    /// can carry it. A row that is gone is taken as deleted by that completion; it could also
-    /// have been deleted by another worker's completion after this claim's lease ran out, and is
-    /// then counted as delivered here although the other worker delivered it.
-    pub async fn completed_earlier(
-        &self,
-        claims: &[Claim],
-        by_deleting: bool,
-    ) -> Result<Vec<Claim>> {
+    /// sent, so it may have committed) and whose retry reported these claims lost. A queue row
+    /// is only ever deleted by a fenced completion, so a claim whose row is gone was completed,
+    /// by this claim's own completion or, when this claim's lease had run out first, by another
+    /// worker's: which one cannot be told any more, and either way the event is delivered and
+    /// nothing was overwritten. A claim whose queue row is still there was not settled.
+    pub async fn completed_earlier(&self, claims: &[Claim]) -> Result<Vec<Claim>> {
         if claims.is_empty() {
             return Ok(Vec::new());
         }
@@ -579,7 +624,6 @@ impl Store {
         let settled: Vec<(i64, i64)> = sqlx::query_as(self.sql.completed_earlier)
             .bind(ids)
             .bind(versions)
-            .bind(by_deleting)
             .fetch_all(&self.pool)
             .await?;
         let settled: HashSet<Claim> = settled
@@ -749,6 +793,16 @@ impl Store {
         })
     }
 
+    /// Where the event `event_id` stands; `None` when the table holds no such event (never
+    /// enqueued here, or purged after its retention).
+    pub async fn event_status(&self, event_id: Uuid) -> Result<Option<EventStatus>> {
+        let status: Option<String> = sqlx::query_scalar(self.sql.event_status)
+            .bind(event_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        status.as_deref().map(EventStatus::from_stored).transpose()
+    }
+
     /// Operator action: put one exhausted event back to pending with fresh attempts.
     /// Returns false when no exhausted event has that id.
     pub async fn retry_exhausted(&self, event_id: Uuid) -> Result<bool> {
@@ -801,7 +855,8 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// Operator action: delete up to `limit` delivered events older than `older_than`.
+    /// Operator action: delete up to `limit` delivered events enqueued more than `older_than`
+    /// ago (the retention counts from the enqueue: the event table keeps no delivery time).
     pub async fn purge_delivered(&self, older_than: Duration, limit: i64) -> Result<u64> {
         let done = sqlx::query(self.sql.purge_delivered)
             .bind(micros(older_than))

@@ -14,8 +14,19 @@ use crate::error::{Error, Result};
 /// The placeholder every statement file writes in place of the table name.
 pub const TABLE_PLACEHOLDER: &str = "/* TEMPLATE: table */outbox";
 
-/// The table and its indexes (a template).
-pub(crate) const CREATE_TABLE: &str = include_str!("sql/create_table.sql");
+/// The event table and its queue table, with their indexes (a template).
+pub(crate) const CREATE_TABLE: &str = concat!(
+    include_str!("sql/create_table.sql"),
+    "\n",
+    include_str!("sql/create_queue_table.sql")
+);
+/// The upgrade of a table of the one-table layout to the split layout: the queue table, then
+/// the move of the state (a template; `migrations/0004_split_layout.sql` is it for `outbox`).
+pub(crate) const UPGRADE_SPLIT_LAYOUT: &str = concat!(
+    include_str!("sql/create_queue_table.sql"),
+    "\n",
+    include_str!("sql/upgrade_split_layout.sql")
+);
 /// Transactional write of one event.
 pub(crate) const ENQUEUE: &str = include_str!("sql/enqueue.sql");
 /// Transactional write of one event with a wake-up notification on commit: the same INSERT
@@ -69,6 +80,8 @@ pub(crate) const RETRY_EXHAUSTED_OF_TYPE: &str = include_str!("sql/retry_exhaust
 pub(crate) const EXHAUSTED_EVENTS: &str = include_str!("sql/exhausted_events.sql");
 /// Bounded deletion of delivered events past retention.
 pub(crate) const PURGE_DELIVERED: &str = include_str!("sql/purge_delivered.sql");
+/// Where one event stands, by its event id.
+pub(crate) const EVENT_STATUS: &str = include_str!("sql/event_status.sql");
 /// Every event of the table in id order (the test kit's assertions).
 pub(crate) const LIST_EVENTS: &str = include_str!("sql/list_events.sql");
 /// Delayed pending events made claimable now (the test kit's drain).
@@ -78,15 +91,18 @@ pub(crate) const MAKE_DELAYED_DUE: &str = include_str!("sql/make_delayed_due.sql
 /// `sql/dashboard/`, with the same table placeholder. Its actions (retry, purge) run the store's
 /// own statements above.
 pub mod dashboard {
-    /// Delivered rows counted up to a cap, and the planner's row count of the table.
+    /// Delivered events (no queue row) counted up to a cap, and the planner's row count of the
+    /// event table.
     pub const DELIVERED_COUNT: &str = include_str!("sql/dashboard/delivered_count.sql");
-    /// Deliveries and enqueue-to-delivery lag per minute over the last hour.
+    /// Events enqueued per minute over the last hour, and how many of them are delivered or
+    /// exhausted by now (not a delivery rate: a delivered event keeps no delivery time).
     pub const THROUGHPUT: &str = include_str!("sql/dashboard/throughput.sql");
-    /// Rows by status, failures and last failure per event type and version.
+    /// Events not delivered by status, their failures and last failure, and the last hour's
+    /// enqueues, per event type and version.
     pub const EVENT_TYPES: &str = include_str!("sql/dashboard/event_types.sql");
     /// Failing and exhausted events, filtered.
     pub const FAILURES: &str = include_str!("sql/dashboard/failures.sql");
-    /// One event's row.
+    /// One event and, while it is not delivered, its queue row.
     pub const EVENT: &str = include_str!("sql/dashboard/event.sql");
     /// The live claims.
     pub const CLAIMS: &str = include_str!("sql/dashboard/claims.sql");
@@ -129,15 +145,19 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("retry_exhausted_of_type", RETRY_EXHAUSTED_OF_TYPE),
     ("exhausted_events", EXHAUSTED_EVENTS),
     ("purge_delivered", PURGE_DELIVERED),
+    ("event_status", EVENT_STATUS),
     ("list_events", LIST_EVENTS),
     ("make_delayed_due", MAKE_DELAYED_DUE),
 ];
 
-/// The longest suffix the table template appends to the table name (`_aggregate_idx`,
-/// `_exhausted_idx`).
+/// The longest suffix the table template appends to the table name (`_queue_aggregate_idx`,
+/// `_queue_exhausted_idx`).
 /// PostgreSQL silently truncates identifiers to 63 bytes, which could make two index names
 /// collide, so [`render_create_table`] refuses names that leave no room for it.
-const LONGEST_INDEX_SUFFIX: usize = "_aggregate_idx".len();
+const LONGEST_INDEX_SUFFIX: usize = "_queue_aggregate_idx".len();
+
+/// The suffix of an outbox table's queue table (`{table}_queue`).
+pub const QUEUE_SUFFIX: &str = "_queue";
 
 /// Key words PostgreSQL 15 reserves (the "reserved" and "reserved (can be function or type)"
 /// entries of the SQL Key Words appendix, lowercased): unquoted, none of them can name a table.
@@ -244,19 +264,36 @@ const RESERVED_WORDS: &[&str] = &[
     "with",
 ];
 
-/// Check that `table` is a safe, unquoted SQL identifier: 1 to 63 characters of
-/// `[a-z_][a-z0-9_]*`, and not a reserved key word (statements splice it in unquoted).
+/// Check that `table` is a safe, unquoted SQL identifier ([`validate_identifier`]) that does not
+/// end in `_queue`, the suffix of every outbox table's queue table (`orders_queue` would be the
+/// queue table of `orders`).
 pub fn validate_table_name(table: &str) -> Result<()> {
-    if RESERVED_WORDS.contains(&table) {
-        return Err(Error::ReservedTableName(table.to_owned()));
+    validate_identifier(table)?;
+    // After the identifier rule, so the message only ever repeats a plain name.
+    if let Some(stem) = table.strip_suffix(QUEUE_SUFFIX) {
+        return Err(Error::Config(format!(
+            "outbox table name `{table}` ends in `{QUEUE_SUFFIX}`, the suffix of the queue table \
+             every outbox table has (`{table}` would be the queue table of `{stem}`): choose a name \
+             that does not end in `{QUEUE_SUFFIX}`"
+        )));
     }
-    let mut chars = table.chars();
+    Ok(())
+}
+
+/// Check that `name` is a safe, unquoted SQL identifier: 1 to 63 characters of
+/// `[a-z_][a-z0-9_]*` and not a reserved key word (statements splice it in unquoted). The table
+/// name rule without its `_queue` suffix, which only tables reserve (role names follow this).
+pub fn validate_identifier(name: &str) -> Result<()> {
+    if RESERVED_WORDS.contains(&name) {
+        return Err(Error::ReservedTableName(name.to_owned()));
+    }
+    let mut chars = name.chars();
     let first_ok = matches!(chars.next(), Some('a'..='z' | '_'));
     let rest_ok = chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'));
-    if first_ok && rest_ok && table.len() <= 63 {
+    if first_ok && rest_ok && name.len() <= 63 {
         Ok(())
     } else {
-        Err(Error::InvalidTableName(table.to_owned()))
+        Err(Error::InvalidTableName(name.to_owned()))
     }
 }
 
@@ -265,8 +302,23 @@ pub(crate) fn render(template: &str, table: &str) -> String {
     template.replace(TABLE_PLACEHOLDER, table)
 }
 
-/// The DDL of an outbox table named `table`: the table and its indexes, `IF NOT EXISTS`.
+/// The DDL of an outbox table named `table`: the event table, its queue table and their
+/// indexes, `IF NOT EXISTS`.
 pub(crate) fn render_create_table(table: &str) -> Result<String> {
+    check_index_room(table)?;
+    Ok(render(CREATE_TABLE, table))
+}
+
+/// The upgrade of an existing outbox table named `table` from the one-table layout to the split
+/// layout (the queue table, the move of the state, the dropped columns), for a migration's
+/// transaction.
+pub(crate) fn render_upgrade_split_layout(table: &str) -> Result<String> {
+    check_index_room(table)?;
+    Ok(render(UPGRADE_SPLIT_LAYOUT, table))
+}
+
+/// A valid table name that leaves room for the longest index name derived from it.
+fn check_index_room(table: &str) -> Result<()> {
     validate_table_name(table)?;
     if table.len() + LONGEST_INDEX_SUFFIX > 63 {
         return Err(Error::Config(format!(
@@ -276,7 +328,7 @@ pub(crate) fn render_create_table(table: &str) -> Result<String> {
             63 - LONGEST_INDEX_SUFFIX
         )));
     }
-    Ok(render(CREATE_TABLE, table))
+    Ok(())
 }
 
 /// The statements of one table, rendered once.
@@ -306,6 +358,7 @@ pub(crate) struct Statements {
     pub retry_exhausted_of_type: &'static str,
     pub exhausted_events: &'static str,
     pub purge_delivered: &'static str,
+    pub event_status: &'static str,
     pub list_events: &'static str,
     pub make_delayed_due: &'static str,
 }
@@ -343,6 +396,7 @@ impl Statements {
             retry_exhausted_of_type: r(RETRY_EXHAUSTED_OF_TYPE),
             exhausted_events: r(EXHAUSTED_EVENTS),
             purge_delivered: r(PURGE_DELIVERED),
+            event_status: r(EVENT_STATUS),
             list_events: r(LIST_EVENTS),
             make_delayed_due: r(MAKE_DELAYED_DUE),
         }
@@ -385,6 +439,18 @@ mod tests {
     }
 
     #[test]
+    fn a_name_that_would_be_another_tables_queue_is_refused() {
+        let error = validate_table_name("orders_queue").unwrap_err().to_string();
+        assert!(
+            error.contains("queue table of `orders`") && error.contains("does not end in `_queue`"),
+            "{error}"
+        );
+        for ok in ["queue", "orders_queued", "queue_orders"] {
+            assert!(validate_table_name(ok).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
     fn table_names_are_checked() {
         for ok in ["outbox", "_x", "orders_outbox_2", &"a".repeat(63)] {
             assert!(validate_table_name(ok).is_ok(), "{ok}");
@@ -408,11 +474,13 @@ mod tests {
 
     #[test]
     fn every_statement_names_the_table_only_through_the_placeholder() {
-        for (name, sql) in STATEMENTS
-            .iter()
-            .chain(dashboard::STATEMENTS.iter())
-            .chain([("create_table", CREATE_TABLE)].iter())
-        {
+        for (name, sql) in STATEMENTS.iter().chain(dashboard::STATEMENTS.iter()).chain(
+            [
+                ("create_table", CREATE_TABLE),
+                ("upgrade", UPGRADE_SPLIT_LAYOUT),
+            ]
+            .iter(),
+        ) {
             // The wake-up names no table: its channel is a parameter. The aggregate lock takes
             // the table as a parameter too (its oid seeds the lock key; the statement reads no
             // table).
@@ -437,15 +505,19 @@ mod tests {
         let a = statements("render_once").unwrap();
         let b = statements("render_once").unwrap();
         assert!(std::ptr::eq(a, b));
-        assert!(a.claim_batch.contains("UPDATE render_once AS o"));
+        assert!(a.claim_batch.contains("UPDATE render_once_queue AS q"));
         assert!(statements("Bad").is_err());
     }
 
     #[test]
     fn long_names_leave_room_for_index_names() {
-        assert!(render_create_table(&"a".repeat(49)).is_ok());
+        assert!(render_create_table(&"a".repeat(43)).is_ok());
         assert!(matches!(
-            render_create_table(&"a".repeat(50)),
+            render_create_table(&"a".repeat(44)),
+            Err(Error::Config(_))
+        ));
+        assert!(matches!(
+            render_upgrade_split_layout(&"a".repeat(44)),
             Err(Error::Config(_))
         ));
     }
@@ -461,7 +533,7 @@ mod tests {
                 && table.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
                 && table.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
             let accepted = validate_table_name(&table).is_ok();
-            proptest::prop_assert_eq!(accepted, plain && !RESERVED_WORDS.contains(&table.as_str()), "{:?}", table);
+            proptest::prop_assert_eq!(accepted, plain && !RESERVED_WORDS.contains(&table.as_str()) && !table.ends_with(QUEUE_SUFFIX), "{:?}", table);
         }
     }
 }

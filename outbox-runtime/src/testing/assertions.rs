@@ -39,11 +39,14 @@ pub struct EventMeta {
     pub aggregate: Option<Aggregate>,
     /// `pending`, `processing`, `delivered` or `exhausted`.
     pub status: String,
-    /// Attempts charged so far.
-    pub attempts: i32,
+    /// Attempts charged so far, while the event is not delivered; `None` once it is. A delivered
+    /// event keeps no delivery state (its queue row, which held the attempts and the last error,
+    /// is deleted by the completion), so a test that wants the attempts of a delivery reads
+    /// them from the drain's report ([`DeliveryRecord::attempt`](crate::testing::DeliveryRecord::attempt)).
+    pub attempts: Option<i32>,
     /// The headers stored with the event (a JSON object).
     pub headers: serde_json::Value,
-    /// The last failure recorded, if any.
+    /// The last failure recorded, if any; `None` once delivered (see `attempts`).
     pub last_error: Option<String>,
 }
 

@@ -167,12 +167,7 @@ impl Completer {
     /// lost had not completed: a claim that write completed is delivered, not stale.
     async fn not_completed_earlier(&self, lost: Vec<Claim>) -> Vec<Claim> {
         let shared = &self.shared;
-        let deleting = shared.config.deletes_on_completion();
-        match shared
-            .outcome_store
-            .completed_earlier(&lost, deleting)
-            .await
-        {
+        match shared.outcome_store.completed_earlier(&lost).await {
             Ok(done) => {
                 if !done.is_empty() {
                     tracing::info!(

@@ -115,16 +115,19 @@ pub struct WorkerConfig {
     /// Deliver the events of one aggregate one at a time, in the order their transactions
     /// committed (default false; see `docs/ordering.md`).
     pub ordered: bool,
-    /// Delete delivered events older than this (default 7 days); `None` keeps them.
+    /// Delete delivered events enqueued longer ago than this (default 7 days); `None` keeps
+    /// them. The window counts from the enqueue: the event row is never updated, so it keeps no
+    /// delivery time (an event delivered a day late keeps its key's protection a day less). An
+    /// event not delivered yet is never purged, however old.
     ///
-    /// `Some(Duration::ZERO)` keeps no delivered history: the completion statement deletes
-    /// each delivered row itself (fenced like every completion), which is the cheapest way to
-    /// finish an event (a delete writes no index entry; marking a row delivered writes one in
-    /// every index, and the purge deletes it later anyway). The trade-off: a row's event id,
-    /// and so its operation key, is free again once the event is delivered, so a business
-    /// command retried after delivery enqueues a new event (with the same event id, which
-    /// receivers that deduplicate on it still drop). With a retention above zero the key
-    /// deduplicates retries for that long.
+    /// Whatever the retention, a completion deletes the event's queue row (its delivery state),
+    /// which writes no index entry; the event row stays as delivered history. With
+    /// `Some(Duration::ZERO)` the completion deletes the event row too, in the same fenced
+    /// statement: no delivered history is kept. The trade-off: the event id, and so the
+    /// operation key, is free again once the event is delivered, so a business command retried
+    /// after delivery enqueues a new event (with the same event id, which receivers that
+    /// deduplicate on it still drop). With a retention above zero the key deduplicates retries
+    /// for that long after the enqueue.
     pub retention: Option<Duration>,
     /// How often the maintenance leader recovers expired leases and purges (default 5 s).
     pub maintenance_interval: Duration,
@@ -132,13 +135,14 @@ pub struct WorkerConfig {
     pub maintenance_batch: i64,
     /// Run the maintenance task at all (default true). Some deployments run it in one place.
     pub maintenance: bool,
-    /// The maintenance leader runs `VACUUM (SKIP_LOCKED)` on the outbox table once dead row
-    /// versions pass max(10,000, a fifth of the live rows) (default true), whether or not
-    /// autovacuum is on. Every delivered event leaves dead versions behind (its completion and
-    /// its purge are not heap-only updates): without any vacuum the table grows without bound,
-    /// and autovacuum, which visits a database at most once per `autovacuum_naptime` and is
-    /// cost-throttled, lets it grow between its runs at a few thousand events a second. Needs a
-    /// role that owns the table; otherwise the leader logs one warning saying what to do.
+    /// The maintenance leader runs `VACUUM (SKIP_LOCKED)` on the outbox table and on its queue
+    /// table, each once its dead row versions pass max(10,000, a fifth of its live rows) (default
+    /// true), whether or not autovacuum is on. Every delivered event leaves dead versions behind
+    /// (its completion deletes its queue row, its purge its event row): without any vacuum the
+    /// tables grow without bound, and autovacuum, which visits a database at most once per
+    /// `autovacuum_naptime` and is cost-throttled, lets them grow between its runs at a few
+    /// thousand events a second. Needs a role that owns the tables; otherwise the leader logs
+    /// one warning saying what to do.
     pub vacuum_dead_rows: bool,
     /// Completions written in one statement at most (default 512). A full batch is written at
     /// once; a partial one after `completion_flush`, or as soon as it holds every claim the
@@ -181,7 +185,8 @@ impl WorkerConfig {
         }
     }
 
-    /// Whether completions delete the delivered rows (a retention of zero).
+    /// Whether completions delete the delivered events too, not only their queue rows (a
+    /// retention of zero).
     pub fn deletes_on_completion(&self) -> bool {
         self.retention == Some(Duration::ZERO)
     }

@@ -19,7 +19,7 @@ use super::events::WorkerEvent;
 use super::sessions::SessionRole;
 use super::vacuum::{VacuumOutcome, vacuum_if_needed};
 use crate::error::Result;
-use crate::store::RecoveryBackoff;
+use crate::store::{RecoveryBackoff, queue_table};
 
 /// Take leadership of one table's maintenance if nobody holds it. The key is the table itself,
 /// resolved through the connection's search_path to its oid: two tables of one name in two
@@ -173,32 +173,40 @@ impl Maintenance {
         Ok(counts)
     }
 
-    /// Vacuum the table once dead rows piled up (on the leader's own connection).
+    /// Vacuum the event table and its queue table, each once its dead rows piled up (on the
+    /// leader's own connection). The queue table takes the churn (every claim, renewal and
+    /// completion); the event table only the purge's deletes.
     async fn vacuum(&mut self) -> Result<()> {
-        let table = &self.shared.config.table;
-        let Some(conn) = self.conn.as_mut() else {
-            return Ok(());
-        };
-        match vacuum_if_needed(conn, table).await? {
-            VacuumOutcome::NotNeeded => {}
-            VacuumOutcome::Vacuumed { dead_before } => {
-                tracing::info!(table = %table, dead_before, "dead row versions passed the threshold; vacuumed the outbox table");
-            }
-            VacuumOutcome::NotAllowed { dead, autovacuum } => {
-                self.vacuum_refused = true;
-                let what = if autovacuum {
-                    "this role may not vacuum the outbox table, so it is left to autovacuum, which runs \
-                     at most once per autovacuum_naptime and lets the table grow between its runs at high \
-                     event rates: connect the worker as the table's owner, or tune autovacuum for the table"
-                        .to_owned()
-                } else {
-                    format!(
-                        "autovacuum is off for the outbox table and this role may not vacuum it, so dead rows \
-                     pile up and the table grows: enable autovacuum, run `VACUUM {table}` periodically \
-                     as its owner, or connect the worker as the owner"
-                    )
-                };
-                tracing::warn!(table = %table, dead, "{what}");
+        let table = self.shared.config.table.clone();
+        for relation in [queue_table(&table), table] {
+            let Some(conn) = self.conn.as_mut() else {
+                return Ok(());
+            };
+            match vacuum_if_needed(conn, &relation).await? {
+                VacuumOutcome::NotNeeded => {}
+                VacuumOutcome::Vacuumed {
+                    dead_before,
+                    inserted_before,
+                } => {
+                    tracing::info!(table = %relation, dead_before, inserted_before, "dead or inserted rows passed the threshold; vacuumed the table");
+                }
+                VacuumOutcome::NotAllowed { dead, autovacuum } => {
+                    self.vacuum_refused = true;
+                    let what = if autovacuum {
+                        "this role may not vacuum the outbox tables, so they are left to autovacuum, which runs \
+                         at most once per autovacuum_naptime and lets them grow between its runs at high \
+                         event rates: connect the worker as the tables' owner, or tune autovacuum for them"
+                            .to_owned()
+                    } else {
+                        format!(
+                            "autovacuum is off for the outbox table {relation} and this role may not vacuum it, so \
+                             dead rows pile up and the table grows: enable autovacuum, run `VACUUM {relation}` \
+                             periodically as its owner, or connect the worker as the owner"
+                        )
+                    };
+                    tracing::warn!(table = %relation, dead, "{what}");
+                    return Ok(());
+                }
             }
         }
         Ok(())

@@ -313,9 +313,9 @@ impl WorkerBuilder {
         self
     }
 
-    /// Purge delivered events older than this (default 7 days); `None` keeps them, and
-    /// `Some(Duration::ZERO)` deletes each row as its delivery completes (the fastest drain;
-    /// see [`WorkerConfig::retention`] for what that means for operation keys).
+    /// Purge delivered events enqueued longer ago than this (default 7 days); `None` keeps
+    /// them, and `Some(Duration::ZERO)` deletes each event as its delivery completes (see
+    /// [`WorkerConfig::retention`] for what that means for operation keys).
     pub fn retention(mut self, keep: Option<Duration>) -> Self {
         self.config.retention = keep;
         self

@@ -145,61 +145,44 @@ function actionButton(label, question, path, payload) {
 
 // ---- views ---------------------------------------------------------------------------------
 
-function barChart(points, valueOf, title, unit, testid) {
+// The parts of each minute's bar, bottom up: where the events enqueued in that minute stand now.
+const MINUTE_PARTS = [
+  ["delivered", (m) => m.delivered],
+  ["open", (m) => m.enqueued - m.delivered - m.exhausted],
+  ["exhausted", (m) => m.exhausted],
+];
+
+/**
+ * Events enqueued per minute over the last hour, each minute's bar split by where its events
+ * stand now. The table keeps no delivery time, so this is not a delivery rate: a minute whose
+ * bar is not all "delivered" is a minute whose events have not all got through.
+ */
+function enqueuedChart(points) {
   const width = 600;
   const height = 120;
   const pad = 24;
-  const values = points.map(valueOf);
-  const max = Math.max(1, ...values.filter((v) => v !== null && v !== undefined));
-  const chart = svg("svg", { viewBox: `0 0 ${width} ${height + pad}`, class: "chart", role: "img", "data-chart": testid });
+  const max = Math.max(1, ...points.map((m) => m.enqueued));
+  const chart = svg("svg", { viewBox: `0 0 ${width} ${height + pad}`, class: "chart", role: "img", "data-chart": "enqueued" });
   const label = svg("title", {});
-  label.textContent = title;
+  label.textContent = "events enqueued per minute over the last hour, by where they stand now: delivered, still open, exhausted";
   chart.append(label);
   const step = width / Math.max(1, points.length);
-  values.forEach((v, i) => {
-    if (v === null || v === undefined || v === 0) return;
-    const h = (v / max) * (height - 8);
-    const bar = svg("rect", { x: (i * step + 1).toFixed(1), y: (height - h).toFixed(1), width: Math.max(1, step - 2).toFixed(1), height: h.toFixed(1), class: "bar" });
-    const tip = svg("title", {});
-    tip.textContent = `${fmtTime(points[i].minute)}: ${unit(v)}`;
-    bar.append(tip);
-    chart.append(bar);
+  points.forEach((m, i) => {
+    let base = height;
+    for (const [part, count] of MINUTE_PARTS) {
+      const v = count(m);
+      if (v <= 0) continue;
+      const h = (v / max) * (height - 8);
+      base -= h;
+      const bar = svg("rect", { x: (i * step + 1).toFixed(1), y: base.toFixed(1), width: Math.max(1, step - 2).toFixed(1), height: h.toFixed(1), class: "bar " + part, "data-part": part });
+      const tip = svg("title", {});
+      tip.textContent = `${fmtTime(m.minute)}: ${fmtCount(m.enqueued)} enqueued, ${fmtCount(m.delivered)} delivered by now, ${fmtCount(m.exhausted)} exhausted`;
+      bar.append(tip);
+      chart.append(bar);
+    }
   });
   const axis = svg("text", { x: 0, y: height + 16, class: "axis" });
-  axis.textContent = `-60 min … now; max ${unit(max)}`;
-  chart.append(axis);
-  return chart;
-}
-
-function lagChart(points) {
-  const width = 600;
-  const height = 120;
-  const pad = 24;
-  const p95 = points.map((p) => p.lag_p95_seconds);
-  const max = Math.max(0.001, ...p95.filter((v) => v !== null));
-  const chart = svg("svg", { viewBox: `0 0 ${width} ${height + pad}`, class: "chart", role: "img", "data-chart": "lag" });
-  const label = svg("title", {});
-  label.textContent = "enqueue-to-delivery lag per minute, median and 95th percentile";
-  chart.append(label);
-  const step = width / Math.max(1, points.length);
-  for (const [key, cls] of [["lag_p95_seconds", "p95"], ["lag_p50_seconds", "p50"]]) {
-    let d = "";
-    points.forEach((p, i) => {
-      const v = p[key];
-      if (v === null || v === undefined) return;
-      const x = (i * step + step / 2).toFixed(1);
-      const y = (height - (v / max) * (height - 8)).toFixed(1);
-      d += (d === "" ? "M" : "L") + x + " " + y + " ";
-      const dot = svg("circle", { cx: x, cy: y, r: 2.5, class: cls });
-      const tip = svg("title", {});
-      tip.textContent = `${fmtTime(p.minute)}: ${cls} ${fmtAge(v)}`;
-      dot.append(tip);
-      chart.append(dot);
-    });
-    if (d) chart.append(svg("path", { d, class: "line " + cls }));
-  }
-  const axis = svg("text", { x: 0, y: height + 16, class: "axis" });
-  axis.textContent = `-60 min … now; max p95 ${fmtAge(max)}; dots: median (dark), p95 (light)`;
+  axis.textContent = `-60 min … now; max ${fmtCount(max)} a minute; blue: delivered, grey: still open, red: exhausted`;
   chart.append(axis);
   return chart;
 }
@@ -226,10 +209,11 @@ function renderOverview(data) {
         ? "> " + fmtCount(t.delivered.at_least)
         : "≈ " + fmtCount(t.delivered.count);
     const deliveredLabel = t.delivered.exact ? "delivered (kept)" : "delivered (estimate)";
-    const lastHour = t.last_hour.reduce((n, m) => n + m.delivered, 0);
+    const enqueuedLastHour = t.last_hour.reduce((n, m) => n + m.enqueued, 0);
+    const deliveredOfLastHour = t.last_hour.reduce((n, m) => n + m.delivered, 0);
     const stuck = t.oldest_pending_age_seconds !== null && t.oldest_pending_age_seconds > 60;
     const purge = state.config.read_only ? null : el("form", { class: "purge" },
-      el("label", {}, "purge delivered older than ", el("input", { type: "text", name: "older_than", value: typed[t.table] || "7d", size: 5 })),
+      el("label", {}, "purge delivered events enqueued more than ", el("input", { type: "text", name: "older_than", value: typed[t.table] || "7d", size: 5 }), " ago"),
       el("button", {
         type: "button",
         class: "action",
@@ -237,7 +221,7 @@ function renderOverview(data) {
         onclick: (ev) => {
           const older = ev.target.form.elements.older_than.value.trim();
           state.table = t.table;
-          confirmAction(`Delete every delivered event older than ${older} from ${t.table}?`, "api/actions/purge", { older_than: older, table: t.table });
+          confirmAction(`Delete every delivered event enqueued more than ${older} ago from ${t.table}?`, "api/actions/purge", { older_than: older, table: t.table });
         },
       }));
     const latest = t.latest_failures.length === 0
@@ -260,11 +244,13 @@ function renderOverview(data) {
         stat("oldest pending waits", fmtAge(t.oldest_pending_age_seconds), "oldest-pending-age", stuck ? "bad" : "")),
       el("div", { class: "charts" },
         el("figure", {},
-          el("figcaption", { text: `delivered per minute, last hour (${fmtCount(lastHour)} in all)` }),
-          barChart(t.last_hour, (m) => m.delivered, "events delivered per minute over the last hour", (v) => `${fmtCount(v)} delivered`, "delivered")),
-        el("figure", {},
-          el("figcaption", { text: "enqueue-to-delivery lag, last hour" }),
-          lagChart(t.last_hour))),
+          el("figcaption", {},
+            "enqueued per minute, last hour: ",
+            el("span", { "data-field": "enqueued-last-hour", text: fmtCount(enqueuedLastHour) }),
+            ", of which delivered by now: ",
+            el("span", { "data-field": "delivered-of-last-hour", text: fmtCount(deliveredOfLastHour) })),
+          enqueuedChart(t.last_hour),
+          el("p", { class: "note", text: "The table keeps no delivery time: delivery rates and latency come from the workers' metrics (outbox_delivered_total, outbox_delivery_latency_seconds)." }))),
       latest,
       purge);
   });
@@ -278,10 +264,10 @@ function renderTypes(rows) {
     el("td", { text: r.event_version }),
     el("td", { "data-field": "pending", text: fmtCount(r.pending) }),
     el("td", { "data-field": "processing", text: fmtCount(r.processing) }),
-    el("td", { "data-field": "delivered", text: fmtCount(r.delivered_last_hour) }),
     el("td", { "data-field": "exhausted", class: r.exhausted > 0 ? "bad" : "", text: fmtCount(r.exhausted) }),
-    el("td", { text: fmtCount(r.failures) }),
-    el("td", { text: r.failure_rate === null ? "-" : (r.failure_rate * 100).toFixed(1) + " %" }),
+    el("td", { "data-field": "failures", text: fmtCount(r.failures) }),
+    el("td", { "data-field": "enqueued-last-hour", text: fmtCount(r.enqueued_last_hour) }),
+    el("td", { "data-field": "delivered-of-last-hour", text: fmtCount(r.delivered_of_last_hour) }),
     el("td", { text: fmtTime(r.last_failure_at) }),
     el("td", { class: "error", text: r.last_error || "" }),
     el("td", {},
@@ -367,23 +353,29 @@ function renderContracts(rows) {
 
 function renderEvent(e) {
   document.getElementById("event-id").textContent = e.event_id;
+  const q = e.queue;
   const facts = [
     ["status", e.status],
     ["type", `${e.event_type} v${e.event_version}`],
     ["operation key", e.operation_key],
     ["aggregate", e.aggregate_id === null ? "-" : `${e.aggregate_type || ""} ${e.aggregate_id} (version ${e.aggregate_version ?? "-"})`],
-    ["attempts", `${e.attempts} / ${e.max_attempts}`],
-    ["lease expiries", e.lease_expiries],
-    ["handler failures", e.handler_failures],
-    ["last claim by", e.claimed_by || "-"],
-    ["claims (fencing token)", e.claim_version],
-    ["lease until", fmtTime(e.lease_until)],
-    ["available at", fmtTime(e.available_at)],
     ["written", fmtTime(e.created_at)],
-    ["last change", fmtTime(e.updated_at)],
-    ["delivered", fmtTime(e.delivered_at)],
-    ["exhausted", fmtTime(e.exhausted_at)],
   ];
+  // Only an event not delivered has a delivery state: the completion deletes it.
+  if (q) {
+    facts.push(
+      ["attempts", `${q.attempts} / ${q.max_attempts}`],
+      ["lease expiries", q.lease_expiries],
+      ["handler failures", q.handler_failures],
+      ["last claim by", q.claimed_by || "-"],
+      ["claims (fencing token)", q.claim_version],
+      ["lease until", fmtTime(q.lease_until)],
+      ["available at", fmtTime(q.available_at)],
+      ["last change", fmtTime(q.updated_at)],
+      ["exhausted", fmtTime(q.exhausted_at)]);
+  } else {
+    facts.push(["delivery state", "none kept: a delivered event keeps no delivery time, attempts or errors"]);
+  }
   const dl = el("dl", { class: "facts" });
   for (const [k, v] of facts) dl.append(el("dt", { text: k }), el("dd", { "data-field": k, text: String(v) }));
   const history = el("ol", { class: "history" }, ...e.history.map((h) => el("li", {}, el("span", { class: "when", text: h.at ? fmtTime(h.at) : "" }), " ", h.what)));
@@ -396,8 +388,8 @@ function renderEvent(e) {
   document.getElementById("event-body").replaceChildren(
     dl,
     el("h3", { text: "last error" }),
-    el("pre", { class: "error", "data-field": "last-error", text: e.last_error || "-" }),
-    el("h3", { text: "history (as far as the row tells it)" }),
+    el("pre", { class: "error", "data-field": "last-error", text: (q && q.last_error) || "-" }),
+    el("h3", { text: "history (as far as the rows tell it)" }),
     history,
     el("h3", { text: "headers" }),
     el("pre", { class: "json", "data-field": "headers", text: JSON.stringify(e.headers, null, 2) }),

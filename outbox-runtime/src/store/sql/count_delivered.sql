@@ -1,10 +1,10 @@
--- Count delivered: the delivered rows still kept (not yet purged), for `Store::stats` and the
+-- Count delivered: the delivered events still kept (not yet purged), for `Store::stats` and the
 -- operator's `outbox status`. Everything else `Store::stats` reports comes from gauges.sql.
 --
 -- No parameters. Returns one row: (delivered bigint).
--- Index: <table>_purge_idx may be used, but delivered rows are most of the table (the whole
--- retention period), so the planner may well scan it: an operator query, never run by the
--- workers on a timer.
+-- Delivered is an event without a queue row. Delivered events are most of the event table (the
+-- whole retention period), so this reads it whole, with an anti-join on the queue's primary key:
+-- an operator query, never run by the workers on a timer.
 SELECT count(*) AS delivered
-FROM /* TEMPLATE: table */outbox
-WHERE delivered_at IS NOT NULL
+FROM /* TEMPLATE: table */outbox AS e
+WHERE NOT EXISTS (SELECT 1 FROM /* TEMPLATE: table */outbox_queue AS q WHERE q.id = e.id)

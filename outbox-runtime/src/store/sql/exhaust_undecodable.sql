@@ -6,8 +6,8 @@
 -- complete.sql, so only that claim can end it. The attempt the claim charged stays charged;
 -- neither handler_failures nor lease_expiries count it (no handler ran, no lease expired):
 -- last_error says why. The other rows of the batch are delivered as usual.
--- Index: primary key.
-UPDATE /* TEMPLATE: table */outbox
+-- Index: the queue's primary key.
+UPDATE /* TEMPLATE: table */outbox_queue
 SET status = 'exhausted',
     exhausted_at = now(),
     lease_until = NULL,

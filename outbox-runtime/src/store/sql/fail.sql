@@ -6,8 +6,8 @@
 -- time), ends exhausted; otherwise the event is pending again from now() + retry_after.
 -- handler_failures + 1 and the error is kept. Fenced like complete.sql.
 -- Returns the new status, or no row when the claim was lost.
--- Index: primary key.
-UPDATE /* TEMPLATE: table */outbox
+-- Index: the queue's primary key.
+UPDATE /* TEMPLATE: table */outbox_queue
 SET status = CASE WHEN $5::boolean OR attempts >= max_attempts THEN 'exhausted' ELSE 'pending' END,
     available_at = CASE WHEN $5::boolean OR attempts >= max_attempts THEN available_at
                         ELSE now() + $4::bigint * interval '1 microsecond' END,

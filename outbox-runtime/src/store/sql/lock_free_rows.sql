@@ -12,7 +12,7 @@
 -- locks cannot deadlock; ORDER BY id keeps it the order every batched statement locks in.
 WITH free AS (
     SELECT o.id
-    FROM /* TEMPLATE: table */outbox AS o
+    FROM /* TEMPLATE: table */outbox_queue AS o
     WHERE o.id = ANY($1::bigint[])
     ORDER BY o.id
     FOR UPDATE SKIP LOCKED
@@ -20,6 +20,6 @@ WITH free AS (
 -- A join, not `IN (SELECT ...)`: the planner rescanned the CTE once per row for that (a batch
 -- of 512 would compare 512 x 512 ids).
 SELECT o.id, f.id IS NOT NULL AS free
-FROM /* TEMPLATE: table */outbox AS o
+FROM /* TEMPLATE: table */outbox_queue AS o
 LEFT JOIN free AS f ON f.id = o.id
 WHERE o.id = ANY($1::bigint[])

@@ -5,10 +5,10 @@
 -- No parameters. Returns nothing; the row count is how many events were brought forward.
 -- Only the schedule changes: attempts, claim_version and last_error stay as they were, so the
 -- next claim is the one a worker would make once the delay had passed.
--- Index: <table>_open_idx (available_at > now() on the open rows).
-UPDATE /* TEMPLATE: table */outbox
+-- Index: <table>_queue_open_idx (available_at > now() on the open rows).
+UPDATE /* TEMPLATE: table */outbox_queue
 SET available_at = now(),
     updated_at = now()
-WHERE delivered_at IS NULL AND exhausted_at IS NULL
+WHERE exhausted_at IS NULL
   AND status = 'pending'
   AND available_at > now()

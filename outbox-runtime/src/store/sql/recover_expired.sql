@@ -12,7 +12,7 @@
 -- SKIP LOCKED: a row being completed or renewed right now is left alone; if that statement wins,
 -- the row is no longer an expired processing row, and if ours wins, its fence check fails.
 -- Returns the new status of each recovered row.
--- Index: <table>_open_idx, walked in full and filtered by status and lease: there is no lease
+-- Index: <table>_queue_open_idx, walked in full and filtered by status and lease: there is no lease
 -- index on purpose, since an index on lease_until would make every claim and renewal a non-HOT
 -- update (see create_table.sql). The walk costs time proportional to the open rows, once per
 -- maintenance interval, on the maintenance leader only.
@@ -22,14 +22,14 @@
 -- looked up in the primary key.
 WITH expired AS (
     SELECT id
-    FROM /* TEMPLATE: table */outbox
-    WHERE delivered_at IS NULL AND exhausted_at IS NULL
+    FROM /* TEMPLATE: table */outbox_queue
+    WHERE exhausted_at IS NULL
       AND status = 'processing' AND lease_until <= now()
     ORDER BY available_at, id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 )
-UPDATE /* TEMPLATE: table */outbox AS o
+UPDATE /* TEMPLATE: table */outbox_queue AS o
 SET status = CASE WHEN o.attempts >= o.max_attempts THEN 'exhausted' ELSE 'pending' END,
     exhausted_at = CASE WHEN o.attempts >= o.max_attempts THEN now() END,
     available_at = CASE WHEN o.attempts >= o.max_attempts THEN o.available_at

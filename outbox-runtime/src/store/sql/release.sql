@@ -3,8 +3,8 @@
 -- Parameters: $1 id bigint, $2 claim_version bigint.
 -- Back to pending, immediately available, attempts - 1, lease cleared. claim_version is not
 -- lowered: the fencing token only ever grows. Fenced like complete.sql.
--- Index: primary key.
-UPDATE /* TEMPLATE: table */outbox
+-- Index: the queue's primary key.
+UPDATE /* TEMPLATE: table */outbox_queue
 SET status = 'pending',
     attempts = attempts - 1,
     lease_until = NULL,

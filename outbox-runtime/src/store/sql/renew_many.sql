@@ -5,7 +5,7 @@
 -- others were lost. Callers compare whole pairs (see complete_many.sql).
 -- Index: primary key (one scan over the ids, `o.id = ANY($1)`). Callers pass the pairs sorted
 -- by id, so two batched statements over the same rows lock them in the same order (no deadlock).
-UPDATE /* TEMPLATE: table */outbox AS o
+UPDATE /* TEMPLATE: table */outbox_queue AS o
 SET lease_until = now() + $3::bigint * interval '1 microsecond',
     updated_at = now()
 FROM unnest($1::bigint[], $2::bigint[]) AS c(id, claim_version)
