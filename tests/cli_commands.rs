@@ -136,12 +136,12 @@ async fn migrate_applies_the_base_schema_and_the_service_folder() {
     .unwrap();
     assert_eq!(registered, ["order.confirmed v1", "shipment.sent v1"]);
     let shipping: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'shipping_outbox'",
+        "SELECT count(*) FROM information_schema.tables WHERE table_name IN ('shipping_outbox', 'shipping_outbox_queue')",
     )
     .fetch_one(db.pool())
     .await
     .unwrap();
-    assert_eq!(shipping, 1);
+    assert_eq!(shipping, 2, "the event table and its queue table");
 
     // A binary whose contract drifted from what the database registered: exit 1.
     let mut changed = order_confirmed_v1();
@@ -271,7 +271,9 @@ async fn retry_one_event_or_all_of_a_type() {
         out.contains(&format!("event {exhausted} is pending again")),
         "{out}"
     );
-    let row = sqlx::query("SELECT status, attempts FROM outbox WHERE event_id = $1")
+    let row = sqlx::query(
+        "SELECT q.status, q.attempts FROM outbox e JOIN outbox_queue q ON q.id = e.id WHERE e.event_id = $1",
+    )
         .bind(exhausted)
         .fetch_one(db.pool())
         .await
@@ -294,12 +296,14 @@ async fn retry_one_event_or_all_of_a_type() {
             "{err}"
         );
     }
-    let delivered_status: String =
-        sqlx::query_scalar("SELECT status FROM outbox WHERE event_id = $1")
-            .bind(delivered)
-            .fetch_one(db.pool())
-            .await
-            .unwrap();
+    let delivered_status: String = sqlx::query_scalar(
+        "SELECT coalesce(q.status, 'delivered') FROM outbox e LEFT JOIN outbox_queue q ON q.id = e.id \
+         WHERE e.event_id = $1",
+    )
+    .bind(delivered)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
     assert_eq!(delivered_status, "delivered");
 
     // Exhaust both pending parcels, then retry the type.
@@ -325,7 +329,7 @@ async fn retry_one_event_or_all_of_a_type() {
         "{out}"
     );
     let exhausted_left: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = 'exhausted'")
+        sqlx::query_scalar("SELECT count(*) FROM outbox_queue WHERE status = 'exhausted'")
             .fetch_one(db.pool())
             .await
             .unwrap();
@@ -337,14 +341,16 @@ async fn purge_deletes_only_delivered_events_past_the_age() {
     let db = TestDatabase::new().await;
     let url = db.url();
     let (delivered, _, _) = seed(&db).await;
-    // A second delivered event, delivered eight days ago by the database clock.
-    let store = Store::new(db.pool().clone());
+    // A second delivered event, enqueued eight days ago by the database clock (the retention
+    // counts from the enqueue).
     let old = enqueue_parcels(db.pool(), "old", 1).await[0];
-    sqlx::query("UPDATE outbox SET status = 'delivered', delivered_at = now() - interval '8 days' WHERE event_id = $1")
-        .bind(old)
-        .execute(store.pool())
-        .await
-        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "UPDATE outbox SET created_at = now() - interval '8 days' WHERE event_id = '{old}';
+         DELETE FROM outbox_queue WHERE id = (SELECT id FROM outbox WHERE event_id = '{old}');"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
     let cli = Outbox::new().events(vec![parcel_event()]);
 
     let (exit, out, err) = outbox(
@@ -365,11 +371,13 @@ async fn purge_deletes_only_delivered_events_past_the_age() {
         out,
         "deleted 1 delivered events older than 7d from outbox\n"
     );
-    let left: Vec<(uuid::Uuid, String)> =
-        sqlx::query_as("SELECT event_id, status FROM outbox ORDER BY id")
-            .fetch_all(db.pool())
-            .await
-            .unwrap();
+    let left: Vec<(uuid::Uuid, String)> = sqlx::query_as(
+        "SELECT e.event_id, coalesce(q.status, 'delivered') FROM outbox e \
+             LEFT JOIN outbox_queue q ON q.id = e.id ORDER BY e.id",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
     assert_eq!(left.len(), 3, "{left:?}");
     assert!(!left.iter().any(|(id, _)| *id == old));
     assert!(
@@ -588,8 +596,10 @@ async fn grants_prints_sql_for_the_tables_the_events_name() {
         "{out}"
     );
     assert!(
-        out.contains("GRANT SELECT, DELETE ON shipping_outbox TO shop_worker;"),
-        "{out}"
+        out.contains("GRANT SELECT, DELETE ON shipping_outbox TO shop_worker;")
+            && out.contains("GRANT SELECT, DELETE ON shipping_outbox_queue TO shop_worker;")
+            && out.contains("ON shipping_outbox_queue TO shop_app;"),
+        "both tables of each outbox table: {out}"
     );
 
     let (exit, _, err) = outbox(
@@ -683,13 +693,16 @@ async fn status_prints_control_characters_from_the_database_escaped() {
     let (_, exhausted, _) = seed(&db).await;
     let hostile_error = "bad gateway\u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}[31mred\u{0}\u{9b}";
     let hostile_type = "parcel.sent\u{1b}[8m";
-    sqlx::query("UPDATE outbox SET last_error = $1, event_type = $2 WHERE event_id = $3")
-        .bind(hostile_error.replace('\u{0}', ""))
-        .bind(hostile_type)
-        .bind(exhausted)
-        .execute(db.pool())
-        .await
-        .unwrap();
+    sqlx::query(
+        "WITH e AS (UPDATE outbox SET event_type = $2 WHERE event_id = $3 RETURNING id) \
+         UPDATE outbox_queue SET last_error = $1 WHERE id = (SELECT id FROM e)",
+    )
+    .bind(hostile_error.replace('\u{0}', ""))
+    .bind(hostile_type)
+    .bind(exhausted)
+    .execute(db.pool())
+    .await
+    .unwrap();
     let cli = Outbox::new().events(vec![parcel_event()]);
 
     let (exit, out, err) = outbox(&cli, &["status", "--database-url", &url]).await;

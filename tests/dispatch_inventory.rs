@@ -97,7 +97,7 @@ async fn from_inventory_routes_every_handler_and_every_stored_version() {
         row_state(&store, bad_invoice).await,
         (
             "exhausted".into(),
-            1,
+            Some(1),
             Some("invoice -1 cannot exist".into())
         )
     );

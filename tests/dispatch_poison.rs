@@ -90,7 +90,7 @@ async fn poison_rows_are_exhausted_with_their_reason_and_good_rows_are_delivered
     );
 
     let (status, attempts, reason) = row_state(&store, unknown_version).await;
-    assert_eq!((status.as_str(), attempts), ("exhausted", 1));
+    assert_eq!((status.as_str(), attempts), ("exhausted", Some(1)));
     let reason = reason.unwrap();
     assert!(reason.contains("event `order.confirmed` version 9 is unknown to this binary, which handles versions [1, 2]"), "{reason}");
 

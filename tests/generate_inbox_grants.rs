@@ -57,6 +57,8 @@ async fn an_inbox_consumer_role_applies_checks_and_purges_and_nothing_else() {
         "UPDATE outbox_inbox SET consumer = 'other'",
         "SELECT count(*) FROM outbox",
         "DELETE FROM outbox",
+        "SELECT count(*) FROM outbox_queue",
+        "DELETE FROM outbox_queue",
     ] {
         let error = sqlx::query(forbidden)
             .execute(&consumer)

@@ -65,9 +65,11 @@ fn the_migration_reads_well_and_names_every_event() {
         "{sql}"
     );
     assert!(
-        sql.contains("CREATE TABLE IF NOT EXISTS shipping_outbox"),
-        "{sql}"
+        sql.contains("CREATE TABLE IF NOT EXISTS shipping_outbox (")
+            && sql.contains("CREATE TABLE IF NOT EXISTS shipping_outbox_queue ("),
+        "a new table is created in the split layout: {sql}"
     );
+    assert!(!sql.contains("Upgrades"), "{sql}");
     assert!(
         sql.contains("-- order.confirmed v1: shop::OrderConfirmedV1, written to outbox."),
         "{sql}"
@@ -87,6 +89,7 @@ fn the_migration_reads_well_and_names_every_event() {
 
     let lock = ContractLock::parse(&dir.read(LOCK_FILE)).unwrap();
     assert_eq!(lock.tables, ["shipping_outbox"]);
+    assert_eq!(lock.format, generate::LOCK_FORMAT);
     let names: Vec<_> = lock
         .contracts
         .iter()
@@ -535,4 +538,208 @@ fn free_text_in_the_migration_stays_in_its_comment_or_literal() {
         err.to_string().contains("contains a NUL character"),
         "{err}"
     );
+}
+
+#[test]
+fn a_table_named_like_a_queue_table_is_refused() {
+    let dir = TempDir::new();
+    let queue_like = event(
+        "shipment.sent",
+        1,
+        "shipping_queue",
+        "shop::ShipmentSent",
+        json!({}),
+    );
+    let err = generate_migrations(dir.path(), &[order_confirmed_v1(), queue_like]).unwrap_err();
+    assert!(matches!(err, GenerateError::InvalidTable { .. }), "{err}");
+    let message = err.to_string();
+    for expected in [
+        "event `shipment.sent v1` names the outbox table `shipping_queue`, which cannot be used",
+        "ends in `_queue`, the suffix of the queue table every outbox table has",
+        "`shipping_queue` would be the queue table of `shipping`",
+        "choose a name that does not end in `_queue`",
+    ] {
+        assert!(
+            message.contains(expected),
+            "missing `{expected}` in: {message}"
+        );
+    }
+    assert!(dir.names().is_empty(), "nothing written");
+}
+
+/// The lock of a folder the earlier generator wrote: `tables` in the one-table layout.
+fn format_1_lock(dir: &TempDir, tables: &[&str]) {
+    let mut lock = ContractLock::parse(&dir.read(LOCK_FILE)).unwrap();
+    lock.format = 1;
+    lock.tables = tables.iter().map(|t| (*t).to_owned()).collect();
+    dir.write(LOCK_FILE, &lock.render());
+}
+
+#[test]
+fn the_tables_of_a_format_1_lock_are_upgraded_once() {
+    let dir = TempDir::new();
+    generate_migrations(dir.path(), &[order_confirmed_v1()]).unwrap();
+    // Two tables the earlier generator created, one of which no event names any more: its rows
+    // are still there, so it is upgraded too. Two contracts are due as well.
+    format_1_lock(&dir, &["shipping_outbox", "returns_outbox"]);
+    let events = [order_confirmed_v1(), order_confirmed_v2(), shipment_sent()];
+    let out = generate_migrations(dir.path(), &events).unwrap();
+    assert_eq!(
+        out.written_migration.as_deref(),
+        Some("0002_outbox_events.sql")
+    );
+    let sql = dir.read("0002_outbox_events.sql");
+    assert!(
+        sql.contains(
+            "-- Upgrades outbox tables to the split layout: returns_outbox, shipping_outbox\n\
+             -- Registers contracts: order.confirmed v2, shipment.sent v1\n"
+        ),
+        "{sql}"
+    );
+    for table in ["returns_outbox", "shipping_outbox"] {
+        let upgrade = outbox_runtime::store::upgrade_split_layout_sql(table).unwrap();
+        assert!(sql.contains(upgrade.trim_end()), "{table}: {sql}");
+        assert_eq!(sql.matches(&format!("LOCK TABLE {table} ")).count(), 1);
+    }
+    assert!(
+        !sql.contains("CREATE TABLE IF NOT EXISTS shipping_outbox "),
+        "a table the lock lists is upgraded, not created: {sql}"
+    );
+    let lock = ContractLock::parse(&dir.read(LOCK_FILE)).unwrap();
+    assert_eq!(lock.format, generate::LOCK_FORMAT);
+
+    // Once: the next run has nothing to do, and a new table is created in the split layout
+    // without upgrading the others again.
+    assert!(
+        check_migrations(dir.path(), &events)
+            .unwrap()
+            .is_up_to_date()
+    );
+    let mut more = events.to_vec();
+    more.push(event(
+        "invoice.issued",
+        1,
+        "billing_outbox",
+        "shop::InvoiceIssued",
+        json!({}),
+    ));
+    generate_migrations(dir.path(), &more).unwrap();
+    let third = dir.read("0003_outbox_events.sql");
+    assert!(
+        third.contains("-- Creates outbox tables: billing_outbox\n")
+            && third.contains("CREATE TABLE IF NOT EXISTS billing_outbox_queue")
+            && !third.contains("Upgrades"),
+        "{third}"
+    );
+}
+
+#[test]
+fn check_names_the_upgrade_a_format_1_lock_needs() {
+    let dir = TempDir::new();
+    generate_migrations(dir.path(), &[order_confirmed_v1()]).unwrap();
+    format_1_lock(&dir, &["shipping_outbox"]);
+    let check = check_migrations(dir.path(), &[order_confirmed_v1()]).unwrap();
+    assert_eq!(
+        check.stale,
+        [
+            "a new migration 0002_outbox_events.sql is needed (Upgrades outbox tables to the split layout: shipping_outbox)",
+            "outbox.lock is out of date"
+        ],
+    );
+}
+
+#[test]
+fn a_format_1_lock_without_tables_is_left_as_it_is() {
+    // Nothing in it has a layout: rewriting it for the format number alone would make every
+    // such folder stale in CI, with nothing to apply.
+    let dir = TempDir::new();
+    generate_migrations(dir.path(), &[order_confirmed_v1()]).unwrap();
+    format_1_lock(&dir, &[]);
+    let before = dir.files();
+    let out = generate_migrations(dir.path(), &[order_confirmed_v1()]).unwrap();
+    assert_eq!((out.written_migration, out.lock_written), (None, false));
+    assert_eq!(dir.files(), before);
+    // A later change rewrites it, still without tables: the format stays; with a table, the
+    // lock says the table is in the split layout.
+    generate_migrations(dir.path(), &[order_confirmed_v1(), order_confirmed_v2()]).unwrap();
+    assert_eq!(ContractLock::parse(&dir.read(LOCK_FILE)).unwrap().format, 1);
+    generate_migrations(
+        dir.path(),
+        &[order_confirmed_v1(), order_confirmed_v2(), shipment_sent()],
+    )
+    .unwrap();
+    let lock = ContractLock::parse(&dir.read(LOCK_FILE)).unwrap();
+    assert_eq!((lock.format, lock.tables.len()), (generate::LOCK_FORMAT, 1));
+    assert!(
+        !dir.read("0003_outbox_events.sql").contains("Upgrades"),
+        "the new table is created in the split layout"
+    );
+}
+
+#[test]
+fn a_lock_of_an_unknown_format_is_refused() {
+    let dir = TempDir::new();
+    generate_migrations(dir.path(), &[order_confirmed_v1()]).unwrap();
+    for (format, expected) in [
+        (
+            generate::LOCK_FORMAT + 1,
+            "it has format 3, this generator writes format 2; upgrade outbox-runtime",
+        ),
+        (
+            0,
+            "it has format 0, which no generator writes (formats 1 to 2)",
+        ),
+    ] {
+        let mut lock = ContractLock::parse(&dir.read(LOCK_FILE)).unwrap();
+        lock.format = format;
+        dir.write(LOCK_FILE, &lock.render());
+        let before = dir.files();
+        let err = generate_migrations(dir.path(), &[order_confirmed_v1()]).unwrap_err();
+        assert!(
+            matches!(err, GenerateError::LockUnreadable { .. })
+                && err.to_string().contains(expected),
+            "{err}"
+        );
+        assert_eq!(dir.files(), before, "nothing rewritten");
+    }
+}
+
+#[test]
+fn a_table_too_long_or_named_like_a_queue_is_not_upgraded_and_says_how_to_rename_it() {
+    // The earlier generator allowed 49 characters and any ending; the queue table's index names
+    // leave 43, and `_queue` is every table's queue's suffix.
+    for (table, reason) in [
+        (
+            "a".repeat(45),
+            "its index names would exceed PostgreSQL's 63-character limit".to_owned(),
+        ),
+        ("jobs_queue".to_owned(), "ends in `_queue`".to_owned()),
+    ] {
+        let dir = TempDir::new();
+        generate_migrations(dir.path(), &[order_confirmed_v1()]).unwrap();
+        format_1_lock(&dir, &[&table]);
+        let before = dir.files();
+        let err = generate_migrations(dir.path(), &[order_confirmed_v1()]).unwrap_err();
+        assert!(
+            matches!(err, GenerateError::TableNotUpgradable { .. }),
+            "{table}: {err}"
+        );
+        let message = err.to_string();
+        for expected in [
+            format!(
+                "{table} was created by an earlier `outbox migrations generate` in the one-table layout"
+            ),
+            reason,
+            format!("`ALTER TABLE {table} RENAME TO <shorter name>`"),
+            "replace the name in the \"tables\" list of outbox.lock, then generate again"
+                .to_owned(),
+        ] {
+            assert!(
+                message.contains(&expected),
+                "missing `{expected}` in: {message}"
+            );
+        }
+        assert_eq!(dir.files(), before, "nothing written");
+        assert!(check_migrations(dir.path(), &[order_confirmed_v1()]).is_err());
+    }
 }

@@ -124,6 +124,17 @@ fn a_completion_without_its_lease_guard_applies_a_claim_that_is_not_current() {
     assert!(trace.contains("Complete"), "{trace}");
 }
 
+/// The purge's retention counts from the enqueue, so an event past it may well be undelivered:
+/// only the purge's check for a queue row keeps a pending, processing or exhausted event.
+#[test]
+fn a_purge_without_its_queue_check_deletes_an_undelivered_event() {
+    let (property, trace) =
+        first_counterexample(Config::small(Claiming::Plain).with(Mutation::PurgeWithoutQueueCheck));
+    println!("counterexample to \"{property}\":\n{trace}");
+    assert_eq!(property, "purge removes only delivered rows");
+    assert!(trace.contains("Purge"), "{trace}");
+}
+
 #[test]
 fn without_recovery_a_crashed_claim_strands_its_event() {
     let mut config = Config::small(Claiming::Plain).with(Mutation::NoRecovery);

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use adapters_support::{
     LEASE, OrderShipped, Settled, TRACEPARENT, attempt, captured_logs, claim, closed_port, enqueue,
-    exhaust_with_a_worker, row, settle, wait_until,
+    exhaust_with_a_worker, row, settle, status, wait_until,
 };
 use brokers_support::{amqp_proxy, amqp_url, amqp_url_via, queue_len, rabbit};
 use lapin::options::{
@@ -154,7 +154,7 @@ async fn an_event_is_delivered_once_confirmed_as_a_persistent_message_with_its_i
 
     assert_eq!(outcome, Ok(()));
     assert_eq!(settled, Settled::Delivered);
-    assert_eq!(row(db.pool(), event_id).await.status, "delivered");
+    assert_eq!(status(db.pool(), event_id).await, "delivered");
     assert_eq!(
         publisher.stats(),
         AmqpStats {
@@ -367,7 +367,7 @@ async fn a_missing_exchange_is_refused_at_start_and_retried_at_run_time() {
     let (outcome, settled) = attempt(&store, &publisher).await;
     assert_eq!(outcome, Ok(()));
     assert_eq!(settled, Settled::Delivered);
-    assert_eq!(row(db.pool(), event_id).await.status, "delivered");
+    assert_eq!(status(db.pool(), event_id).await, "delivered");
     assert_eq!(fx.messages().await, 1);
     assert_eq!(
         publisher.stats().links_opened,
@@ -414,7 +414,7 @@ async fn broker_down_then_up_loses_nothing() {
             let (pool, ids) = (pool.clone(), ids.clone());
             async move {
                 for id in &ids {
-                    if row(&pool, *id).await.status != "delivered" {
+                    if status(&pool, *id).await != "delivered" {
                         return false;
                     }
                 }

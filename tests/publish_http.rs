@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use adapters_support::{
     LEASE, OrderShipped, Receiver, Settled, Step, TRACEPARENT, UrlSecrets, attempt, captured_logs,
-    claim, closed_port, enqueue, exhaust_with_a_worker, row, wait_until,
+    claim, closed_port, enqueue, exhaust_with_a_worker, numbered_attempt, row, status, wait_until,
 };
 use outbox_runtime::delivery::FailureKind;
 use outbox_runtime::inbox::{self, ApplyOutcome};
@@ -49,7 +49,7 @@ async fn delivers_the_envelope_with_the_stable_key_and_metadata_headers() {
 
     assert_eq!(outcome, Ok(()));
     assert_eq!(settled, Settled::Delivered);
-    assert_eq!(row(db.pool(), event_id).await.status, "delivered");
+    assert_eq!(status(db.pool(), event_id).await, "delivered");
     let seen = receiver.seen();
     assert_eq!(seen.len(), 1);
     let request = &seen[0];
@@ -131,9 +131,9 @@ async fn a_lost_response_is_retried_with_the_same_key_and_applied_once() {
         "the receiver applied it although the publisher timed out"
     );
 
-    let (second, settled) = attempt(&store, &sink).await;
+    let (second, settled, number) = numbered_attempt(&store, &sink).await;
     assert_eq!(second, Ok(()), "409 for a known key counts as delivered");
-    assert_eq!(settled, Settled::Delivered);
+    assert_eq!((settled, number), (Settled::Delivered, 2));
 
     let seen = receiver.seen();
     assert_eq!(seen.len(), 2);
@@ -151,8 +151,7 @@ async fn a_lost_response_is_retried_with_the_same_key_and_applied_once() {
         1,
         "one effect for two deliveries"
     );
-    let done = row(db.pool(), event_id).await;
-    assert_eq!((done.status.as_str(), done.attempts), ("delivered", 2));
+    assert_eq!(status(db.pool(), event_id).await, "delivered");
 }
 
 #[tokio::test]
@@ -178,16 +177,20 @@ async fn a_500_then_200_ends_delivered_after_two_attempts() {
     );
     assert_eq!(settled, Settled::Rescheduled);
     assert_eq!(receiver.effects(event_id).await, 0);
-
-    let (second, settled) = attempt(&store, &sink).await;
-    assert_eq!(second, Ok(()));
-    assert_eq!(settled, Settled::Delivered);
-
-    let done = row(db.pool(), event_id).await;
+    let waiting = row(db.pool(), event_id).await;
     assert_eq!(
-        (done.status.as_str(), done.attempts, done.handler_failures),
-        ("delivered", 2, 1)
+        (
+            waiting.status.as_str(),
+            waiting.attempts,
+            waiting.handler_failures
+        ),
+        ("pending", 1, 1)
     );
+
+    let (second, settled, number) = numbered_attempt(&store, &sink).await;
+    assert_eq!(second, Ok(()));
+    assert_eq!((settled, number), (Settled::Delivered, 2));
+    assert_eq!(status(db.pool(), event_id).await, "delivered");
     let answered: Vec<u16> = receiver.seen().iter().map(|s| s.answered).collect();
     assert_eq!(answered, vec![500, 200]);
     assert_eq!(receiver.effects(event_id).await, 1);
@@ -257,22 +260,18 @@ async fn an_unreachable_receiver_retries_and_never_loses_the_event() {
         assert_eq!(settled, Settled::Rescheduled);
         let r = row(db.pool(), event_id).await;
         assert_eq!(
-            (r.status.as_str(), r.handler_failures, r.ready),
-            ("pending", n, true)
+            (r.status.as_str(), r.attempts, r.handler_failures, r.ready),
+            ("pending", n, n, true)
         );
     }
 
     // The receiver comes up where it was expected: the event is still there and gets through.
     let receiver = Receiver::start_on(port, db.pool(), vec![]).await;
     assert_eq!(receiver.total_effects().await, 0);
-    let (outcome, settled) = attempt(&store, &sink).await;
+    let (outcome, settled, number) = numbered_attempt(&store, &sink).await;
     assert_eq!(outcome, Ok(()));
-    assert_eq!(settled, Settled::Delivered);
-    let done = row(db.pool(), event_id).await;
-    assert_eq!(
-        (done.status.as_str(), done.attempts, done.handler_failures),
-        ("delivered", 4, 3)
-    );
+    assert_eq!((settled, number), (Settled::Delivered, 4));
+    assert_eq!(status(db.pool(), event_id).await, "delivered");
     assert_eq!(receiver.seen().len(), 1);
     assert_eq!(receiver.effects(event_id).await, 1);
 }
@@ -436,9 +435,18 @@ async fn a_connection_dropped_after_the_effect_is_retried_and_applied_once() {
         "{err}"
     );
     assert_eq!(settled, Settled::Rescheduled);
-    let (second, settled) = attempt(&store, &sink).await;
+    let waiting = row(db.pool(), event_id).await;
+    assert_eq!(
+        (
+            waiting.status.as_str(),
+            waiting.attempts,
+            waiting.handler_failures
+        ),
+        ("pending", 1, 1)
+    );
+    let (second, settled, number) = numbered_attempt(&store, &sink).await;
     assert_eq!(second, Ok(()), "409 for the known key");
-    assert_eq!(settled, Settled::Delivered);
+    assert_eq!((settled, number), (Settled::Delivered, 2));
 
     let keys = tokio::time::timeout(Duration::from_secs(10), server)
         .await
@@ -447,11 +455,7 @@ async fn a_connection_dropped_after_the_effect_is_retried_and_applied_once() {
     let key = event_id.to_string();
     assert_eq!(keys, vec![Some(key.clone()), Some(key)]);
     assert_eq!(recorder.effects(event_id).await, 1);
-    let done = row(db.pool(), event_id).await;
-    assert_eq!(
-        (done.status.as_str(), done.attempts, done.handler_failures),
-        ("delivered", 2, 1)
-    );
+    assert_eq!(status(db.pool(), event_id).await, "delivered");
 }
 
 /// When the worker loses the lease (or shutdown's deadline passes) it cancels the delivery's

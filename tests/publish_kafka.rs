@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use adapters_support::{
-    OrderShipped, Settled, TRACEPARENT, attempt, claim, closed_port, enqueue, row, settle,
+    OrderShipped, Settled, TRACEPARENT, attempt, claim, closed_port, enqueue, row, settle, status,
     wait_until,
 };
 use brokers_support::Tansu;
@@ -84,7 +84,7 @@ async fn an_event_is_delivered_once_acknowledged_keyed_by_its_aggregate_with_its
 
     assert_eq!(outcome, Ok(()));
     assert_eq!(settled, Settled::Delivered);
-    assert_eq!(row(db.pool(), event_id).await.status, "delivered");
+    assert_eq!(status(db.pool(), event_id).await, "delivered");
     assert_eq!(publisher.stats().acknowledged, 1);
     let key = event.order_id.to_string();
     let expected_partition = partition_for(key.as_bytes(), 3);
@@ -197,7 +197,7 @@ async fn broker_down_then_up_loses_nothing() {
             let (pool, ids) = (pool.clone(), ids.clone());
             async move {
                 for id in &ids {
-                    if row(&pool, *id).await.status != "delivered" {
+                    if status(&pool, *id).await != "delivered" {
                         return false;
                     }
                 }

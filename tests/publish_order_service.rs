@@ -39,7 +39,9 @@ async fn assert_database_state(pool: &PgPool, orders: i64) {
         "SELECT count(*) FROM orders o
          LEFT JOIN outbox e ON e.aggregate_id = o.id::text AND e.event_type = 'order.confirmed'
          LEFT JOIN shipments s ON s.event_id = e.event_id
-         WHERE e.id IS NULL OR e.status <> 'delivered' OR e.aggregate_version <> o.version
+         WHERE e.id IS NULL
+            OR EXISTS (SELECT 1 FROM outbox_queue q WHERE q.id = e.id)
+            OR e.aggregate_version <> o.version
             OR (e.payload->>'total_cents')::bigint <> o.total_cents OR s.total_cents <> o.total_cents",
     )
     .fetch_one(pool)

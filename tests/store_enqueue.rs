@@ -11,7 +11,9 @@ use outbox_runtime::testing::TestDatabase;
 use outbox_runtime::{Error, Event};
 use sqlx::postgres::PgListener;
 use sqlx::{PgPool, Row};
-use store_support::{Note, OrderPlaced, count_rows, wait_until_blocked};
+use store_support::{
+    Note, OrderPlaced, count_queue_rows, count_rows, orphan_queue_rows, wait_until_blocked,
+};
 
 async fn create_orders(pool: &PgPool) {
     sqlx::query("CREATE TABLE orders (id text PRIMARY KEY, total_cents bigint NOT NULL)")
@@ -51,9 +53,12 @@ async fn rolled_back_business_transaction_leaves_no_event_and_committed_leaves_e
     tx.rollback().await.unwrap();
     assert_eq!(count_orders(db.pool()).await, 0);
     assert_eq!(
-        count_rows(db.pool()).await,
-        0,
-        "a rolled-back transaction must leave no event"
+        (
+            count_rows(db.pool()).await,
+            count_queue_rows(db.pool()).await
+        ),
+        (0, 0),
+        "a rolled-back transaction must leave neither an event nor a queue row"
     );
 
     let mut tx = db.pool().begin().await.unwrap();
@@ -63,10 +68,14 @@ async fn rolled_back_business_transaction_leaves_no_event_and_committed_leaves_e
     assert_eq!(count_orders(db.pool()).await, 1);
     assert_eq!(count_rows(db.pool()).await, 1);
 
+    // The event and its queue row (pending, with the event's aggregate for the ordered claim).
     let row = sqlx::query(
-        "SELECT event_id, event_type, event_version, aggregate_type, aggregate_id, payload, headers, status, attempts,
-                max_attempts, claim_version, available_at <= now() AS available
-         FROM outbox",
+        "SELECT e.event_id, e.event_type, e.event_version, e.aggregate_type, e.aggregate_id,
+                e.payload, e.headers, q.status, q.attempts, q.max_attempts, q.claim_version,
+                q.available_at <= now() AS available,
+                (q.aggregate_type, q.aggregate_id) IS NOT DISTINCT FROM (e.aggregate_type, e.aggregate_id)
+                    AS same_aggregate
+         FROM outbox e JOIN outbox_queue q ON q.id = e.id",
     )
     .fetch_one(db.pool())
     .await
@@ -100,6 +109,75 @@ async fn rolled_back_business_transaction_leaves_no_event_and_committed_leaves_e
     assert_eq!(row.get::<i32, _>("max_attempts"), 10);
     assert_eq!(row.get::<i64, _>("claim_version"), 0);
     assert!(row.get::<bool, _>("available"));
+    assert!(row.get::<bool, _>("same_aggregate"));
+}
+
+/// An enqueue rolled back (with its transaction, or to a savepoint the caller set before it)
+/// leaves neither of its two rows, and the transaction's other events are kept whole.
+#[tokio::test]
+async fn a_rolled_back_enqueue_leaves_neither_the_event_nor_its_queue_row() {
+    let db = TestDatabase::new().await;
+    let mut tx = db.pool().begin().await.unwrap();
+    Note {
+        text: "kept".into(),
+    }
+    .enqueue(&mut tx, "kept")
+    .await
+    .unwrap();
+    sqlx::query("SAVEPOINT before_the_second")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    Note {
+        text: "dropped".into(),
+    }
+    .enqueue(&mut tx, "dropped")
+    .await
+    .unwrap();
+    // Inside the transaction, both events and both queue rows exist.
+    let inside: (i64, i64) =
+        sqlx::query_as("SELECT (SELECT count(*) FROM outbox), (SELECT count(*) FROM outbox_queue)")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+    assert_eq!(inside, (2, 2));
+    sqlx::query("ROLLBACK TO SAVEPOINT before_the_second")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let kept: Vec<String> = sqlx::query_scalar(
+        "SELECT e.operation_key FROM outbox e JOIN outbox_queue q ON q.id = e.id",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(kept, ["kept"]);
+    assert_eq!(
+        (
+            count_rows(db.pool()).await,
+            count_queue_rows(db.pool()).await
+        ),
+        (1, 1)
+    );
+
+    // The same key again, in a transaction that rolls back: nothing of it stays either.
+    let mut tx = db.pool().begin().await.unwrap();
+    Note {
+        text: "dropped".into(),
+    }
+    .enqueue(&mut tx, "dropped")
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        (
+            count_rows(db.pool()).await,
+            count_queue_rows(db.pool()).await
+        ),
+        (1, 1)
+    );
+    assert!(orphan_queue_rows(db.pool()).await.is_empty());
 }
 
 #[tokio::test]
@@ -116,7 +194,9 @@ async fn same_key_same_payload_returns_the_existing_id_and_writes_nothing() {
     tx.commit().await.unwrap();
     assert_eq!(first, again_same_tx);
 
-    let version_before: String = sqlx::query_scalar("SELECT xmin::text FROM outbox")
+    // The versions of the event and of its queue row.
+    let versions = "SELECT e.xmin::text || '/' || q.xmin::text FROM outbox e JOIN outbox_queue q ON q.id = e.id";
+    let version_before: String = sqlx::query_scalar(versions)
         .fetch_one(db.pool())
         .await
         .unwrap();
@@ -126,14 +206,20 @@ async fn same_key_same_payload_returns_the_existing_id_and_writes_nothing() {
     tx.commit().await.unwrap();
     assert_eq!(first, again_later);
 
-    assert_eq!(count_rows(db.pool()).await, 1);
-    let version_after: String = sqlx::query_scalar("SELECT xmin::text FROM outbox")
+    assert_eq!(
+        (
+            count_rows(db.pool()).await,
+            count_queue_rows(db.pool()).await
+        ),
+        (1, 1)
+    );
+    let version_after: String = sqlx::query_scalar(versions)
         .fetch_one(db.pool())
         .await
         .unwrap();
     assert_eq!(
         version_before, version_after,
-        "the idempotent repeat must not rewrite the row"
+        "the idempotent repeat must rewrite neither the event nor its queue row"
     );
 }
 
@@ -263,12 +349,16 @@ async fn a_key_committed_concurrently_is_found_without_aborting_the_transaction(
             ) => assert_eq!(existing_event_id, first_id),
             (other, _) => panic!("unexpected outcome {other:?} (same payload: {expect_same})"),
         }
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE operation_key = $1")
-            .bind(&key)
-            .fetch_one(db.pool())
-            .await
-            .unwrap();
-        assert_eq!(n, 1);
+        // One event under the key, and one queue row for it.
+        let n: (i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(q.id) FROM outbox e LEFT JOIN outbox_queue q ON q.id = e.id
+             WHERE e.operation_key = $1",
+        )
+        .bind(&key)
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        assert_eq!(n, (1, 1));
     }
 }
 
@@ -344,7 +434,8 @@ async fn options_set_attempts_headers_and_delay() {
     .unwrap();
     tx.commit().await.unwrap();
     let row = sqlx::query(
-        "SELECT max_attempts, headers, extract(epoch FROM available_at - now())::float8 AS delay_s FROM outbox",
+        "SELECT q.max_attempts, e.headers, extract(epoch FROM q.available_at - now())::float8 AS delay_s
+         FROM outbox e JOIN outbox_queue q ON q.id = e.id",
     )
     .fetch_one(db.pool())
     .await

@@ -5,7 +5,9 @@
 
 mod store_support;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use outbox_runtime::event::CurrentEvent;
@@ -14,13 +16,15 @@ use outbox_runtime::store::enqueue::{
     payload_fingerprint,
 };
 use outbox_runtime::testing::TestDatabase;
-use outbox_runtime::{Error, Event};
+use outbox_runtime::{Error, Event, Store};
 use proptest::prelude::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use store_support::{Note, OrderPlaced, count_rows, wait_until_blocked};
+use store_support::{
+    Note, OrderPlaced, count_queue_rows, count_rows, orphan_queue_rows, wait_until_blocked,
+};
 
 /// Longest any single enqueue of these tests may take before it counts as hung (the old
 /// recursion never returned).
@@ -307,10 +311,15 @@ async fn a_row_with_the_legacy_fingerprint_is_recognised_after_the_upgrade() {
         "the test needs the two fingerprints to differ"
     );
     let id = event_id_for("outbox", "legacy-key");
-    // What the previous version's enqueue wrote (the same columns, its fingerprint).
+    // What the previous version's enqueue wrote (the same columns, its fingerprint), with its
+    // queue row.
     sqlx::query(
-        "INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload)
-         VALUES ($1, 'legacy-key', $2, $3, 1, $4::jsonb)",
+        "WITH e AS (
+             INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload)
+             VALUES ($1, 'legacy-key', $2, $3, 1, $4::jsonb)
+             RETURNING id
+         )
+         INSERT INTO outbox_queue (id) SELECT id FROM e",
     )
     .bind(id)
     .bind(&legacy[..])
@@ -445,6 +454,11 @@ async fn a_key_whose_event_keeps_vanishing_is_a_typed_error_after_bounded_rounds
         .unwrap();
     tx.commit().await.unwrap();
     assert_eq!(count_rows(db.pool()).await, 1);
+    assert_eq!(
+        count_queue_rows(db.pool()).await,
+        1,
+        "the other key's queue row only"
+    );
 }
 
 /// A transaction at the isolation level `set_isolation` sets, with its snapshot taken.
@@ -596,4 +610,262 @@ async fn errors_about_long_keys_stay_small_and_an_oversized_key_is_refused() {
     // Nothing was written and the transaction is usable.
     tx.commit().await.unwrap();
     assert_eq!(count_rows(db.pool()).await, 1);
+}
+
+/// Watches the two tables of the default outbox from a connection of its own until stopped:
+/// every statement it runs sees one snapshot of both, and no snapshot may hold a queue row
+/// without its event or (with `every_event_queued`, while nothing is delivered) an event without
+/// its queue row. Returns how many snapshots it checked.
+fn watch_pairs(
+    pool: &PgPool,
+    every_event_queued: bool,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<usize> {
+    let pool = pool.clone();
+    tokio::spawn(async move {
+        let mut seen = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let (unqueued, orphans): (i64, i64) = sqlx::query_as(
+                "SELECT (SELECT count(*) FROM outbox e
+                         WHERE NOT EXISTS (SELECT 1 FROM outbox_queue q WHERE q.id = e.id)),
+                        (SELECT count(*) FROM outbox_queue q
+                         WHERE NOT EXISTS (SELECT 1 FROM outbox e WHERE e.id = q.id))",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            assert_eq!(orphans, 0, "a queue row without its event");
+            if every_event_queued {
+                assert_eq!(
+                    unqueued, 0,
+                    "an event without its queue row before delivery"
+                );
+            }
+            seen += 1;
+            tokio::task::yield_now().await;
+        }
+        seen
+    })
+}
+
+/// Many producers enqueue one operation key at once, each in a transaction that has written an
+/// event of its own first, and their commits interleave: the first insert holds the key, the
+/// others wait for it; some transactions roll back, so a waiter's insert becomes the one that
+/// writes. Whatever the order, the key ends with exactly one event and exactly one queue row,
+/// every producer gets the key's event id, and no snapshot ever shows one row of the pair
+/// without the other (nothing is delivered here).
+#[tokio::test]
+async fn producers_racing_one_key_write_one_event_and_one_queue_row_never_half_a_pair() {
+    const PRODUCERS: usize = 12;
+    const ROUNDS: usize = 4;
+    let db = TestDatabase::with_pool_size(PRODUCERS as u32 + 2).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = watch_pairs(db.pool(), true, stop.clone());
+
+    let mut kept_own = 0;
+    for round in 0..ROUNDS {
+        let key = format!("raced/{round}");
+        let start = Arc::new(tokio::sync::Barrier::new(PRODUCERS));
+        let producers: Vec<_> = (0..PRODUCERS)
+            .map(|i| {
+                let (pool, key, start) = (db.pool().clone(), key.clone(), start.clone());
+                tokio::spawn(async move {
+                    let mut tx = pool.begin().await.unwrap();
+                    enqueue_bounded(
+                        &mut tx,
+                        &Note { text: "own".into() },
+                        &format!("own/{round}/{i}"),
+                    )
+                    .await
+                    .unwrap();
+                    start.wait().await;
+                    let outcome = enqueue_bounded(
+                        &mut tx,
+                        &Note {
+                            text: "raced".into(),
+                        },
+                        &key,
+                    )
+                    .await;
+                    // Commits and rollbacks spread over a few milliseconds, in an order that
+                    // changes from round to round.
+                    tokio::time::sleep(Duration::from_millis(((i * 7 + round * 3) % 5) as u64))
+                        .await;
+                    let rolls_back = (i + round) % 3 == 0;
+                    if rolls_back {
+                        tx.rollback().await.unwrap();
+                    } else {
+                        tx.commit().await.unwrap();
+                    }
+                    (outcome, rolls_back)
+                })
+            })
+            .collect();
+        for producer in producers {
+            let (outcome, rolls_back) = producer.await.unwrap();
+            assert_eq!(
+                outcome.expect("an enqueue of a raced key failed"),
+                event_id_for("outbox", &key)
+            );
+            kept_own += usize::from(!rolls_back);
+        }
+        let pair: (i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(q.id) FROM outbox e LEFT JOIN outbox_queue q ON q.id = e.id
+             WHERE e.operation_key = $1",
+        )
+        .bind(&key)
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        assert_eq!(
+            pair,
+            (1, 1),
+            "round {round}: one event and one queue row under the key"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(
+        watcher.await.unwrap() > 0,
+        "the watcher checked no snapshot"
+    );
+    // The producers' own events: those of the committed transactions, each with its queue row.
+    let expected = i64::try_from(ROUNDS + kept_own).unwrap();
+    assert_eq!(
+        (
+            count_rows(db.pool()).await,
+            count_queue_rows(db.pool()).await
+        ),
+        (expected, expected)
+    );
+}
+
+/// The purge runs in a loop with a retention of zero (every delivered event is due at once)
+/// while producers enqueue and two workers claim and complete, one keeping its delivered
+/// events (for the purge) and one deleting them with the completion: the purge never deletes an
+/// event that still has its queue row, so every event is claimed with its payload and delivered
+/// exactly once, and no snapshot ever shows a queue row without its event.
+#[tokio::test]
+async fn a_purge_racing_enqueues_and_completions_never_deletes_an_undelivered_event() {
+    const PRODUCERS: usize = 3;
+    const TRANSACTIONS: usize = 150;
+    let db = TestDatabase::with_pool_size(12).await;
+    let store = Store::new(db.pool().clone());
+    let stop = Arc::new(AtomicBool::new(false));
+    let producing = Arc::new(AtomicUsize::new(PRODUCERS));
+    let watcher = watch_pairs(db.pool(), false, stop.clone());
+
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let (pool, producing) = (db.pool().clone(), producing.clone());
+            tokio::spawn(async move {
+                let mut enqueued = Vec::new();
+                for t in 0..TRANSACTIONS {
+                    let mut tx = pool.begin().await.unwrap();
+                    // Every fifth transaction writes two events.
+                    for e in 0..1 + usize::from(t % 5 == 0) {
+                        let note = Note {
+                            text: format!("{p}/{t}/{e}"),
+                        };
+                        enqueued.push(
+                            enqueue_bounded(&mut tx, &note, &format!("purge-race/{p}/{t}/{e}"))
+                                .await
+                                .unwrap(),
+                        );
+                    }
+                    tx.commit().await.unwrap();
+                }
+                producing.fetch_sub(1, Ordering::Relaxed);
+                enqueued
+            })
+        })
+        .collect();
+    let workers: Vec<_> = [false, true]
+        .into_iter()
+        .map(|by_deleting| {
+            let (store, producing, pool) = (store.clone(), producing.clone(), db.pool().clone());
+            tokio::spawn(async move {
+                let mut delivered = Vec::new();
+                loop {
+                    let batch = store
+                        .claim_batch("w", 10, Duration::from_secs(60), false)
+                        .await
+                        .unwrap();
+                    if batch.is_empty() {
+                        if producing.load(Ordering::Relaxed) == 0
+                            && count_queue_rows(&pool).await == 0
+                        {
+                            return delivered;
+                        }
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        continue;
+                    }
+                    let claims: Vec<_> = batch.iter().map(|e| e.claim()).collect();
+                    let lost = if by_deleting {
+                        store.complete_many_by_deleting_if_owned(&claims).await
+                    } else {
+                        store.complete_many_if_owned(&claims).await
+                    };
+                    assert!(lost.unwrap().is_empty(), "a live claim was lost");
+                    delivered.extend(batch.iter().map(|e| e.event_id));
+                }
+            })
+        })
+        .collect();
+    let purger = {
+        let (store, stop) = (store.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut purged = 0;
+            while !stop.load(Ordering::Relaxed) {
+                purged += store.purge_delivered(Duration::ZERO, 20).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            purged
+        })
+    };
+
+    let mut enqueued = Vec::new();
+    for producer in producers {
+        enqueued.extend(producer.await.unwrap());
+    }
+    let mut delivered = Vec::new();
+    for worker in workers {
+        delivered.extend(
+            tokio::time::timeout(Duration::from_secs(60), worker)
+                .await
+                .expect(
+                    "the workers did not drain the queue: an event was lost under its queue row",
+                )
+                .unwrap(),
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let purged = purger.await.unwrap();
+    assert!(
+        watcher.await.unwrap() > 0,
+        "the watcher checked no snapshot"
+    );
+
+    let unique: HashSet<_> = delivered.iter().collect();
+    assert_eq!(
+        unique.len(),
+        delivered.len(),
+        "an event was delivered twice"
+    );
+    assert_eq!(
+        unique,
+        enqueued.iter().collect::<HashSet<_>>(),
+        "every event enqueued is delivered"
+    );
+    assert!(orphan_queue_rows(db.pool()).await.is_empty());
+    // What the purge has not taken yet is delivered and kept; it goes at the next purge.
+    let left = u64::try_from(count_rows(db.pool()).await).unwrap();
+    assert_eq!(
+        store.purge_delivered(Duration::ZERO, 10_000).await.unwrap(),
+        left
+    );
+    println!(
+        "{} events delivered, {purged} purged while the others ran, {left} after",
+        delivered.len()
+    );
+    assert!(purged > 0, "the purge never raced anything");
 }

@@ -2,6 +2,8 @@
 //! `Sink::deliver_batch`, and applies each item's result on its own: accepted items are
 //! delivered, refused ones retried or exhausted, items without a result retried, none lost.
 
+mod worker_support;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -28,22 +30,53 @@ enum Answer {
     ShortOnce,
 }
 
-/// Records every `deliver_batch` call: its size and the payload numbers it carried.
+/// One item of a `deliver_batch` call, as the sink saw it.
+#[derive(Debug, Clone)]
+struct Item {
+    /// The payload number.
+    n: i64,
+    /// The attempt this delivery is (charged by its claim).
+    attempt: i32,
+    /// The reason the last failure stored on the event's queue row. Read during the delivery:
+    /// once delivered, the event keeps no queue row, so no reason either.
+    last_error: Option<String>,
+}
+
+/// Records every `deliver_batch` call: its size and the items it carried.
 struct BatchSink {
     answer: Answer,
-    calls: Mutex<Vec<Vec<i64>>>,
+    pool: PgPool,
+    calls: Mutex<Vec<Vec<Item>>>,
 }
 
 impl BatchSink {
-    fn new(answer: Answer) -> Arc<Self> {
+    fn new(answer: Answer, pool: &PgPool) -> Arc<Self> {
         Arc::new(BatchSink {
             answer,
+            pool: pool.clone(),
             calls: Mutex::new(Vec::new()),
         })
     }
 
+    /// The payload numbers of every call.
     fn calls(&self) -> Vec<Vec<i64>> {
+        self.items()
+            .iter()
+            .map(|call| call.iter().map(|i| i.n).collect())
+            .collect()
+    }
+
+    fn items(&self) -> Vec<Vec<Item>> {
         self.calls.lock().unwrap().clone()
+    }
+
+    /// Every delivery of item `n`, in call order.
+    fn deliveries_of(&self, n: i64) -> Vec<Item> {
+        self.items()
+            .concat()
+            .into_iter()
+            .filter(|i| i.n == n)
+            .collect()
     }
 }
 
@@ -69,11 +102,28 @@ impl Sink for BatchSink {
         items: &'a [(ClaimedEvent, Delivery)],
     ) -> BoxFuture<'a, Vec<Result<(), HandlerError>>> {
         Box::pin(async move {
+            let ids: Vec<i64> = items.iter().map(|(e, _)| e.id).collect();
+            let reasons: HashMap<i64, Option<String>> =
+                sqlx::query_as("SELECT id, last_error FROM outbox_queue WHERE id = ANY($1)")
+                    .bind(&ids)
+                    .fetch_all(&self.pool)
+                    .await
+                    .expect("reading the items' queue rows")
+                    .into_iter()
+                    .collect();
             let numbers: Vec<i64> = items.iter().map(|(e, _)| number(e)).collect();
+            let seen = items
+                .iter()
+                .map(|(e, _)| Item {
+                    n: number(e),
+                    attempt: e.attempts,
+                    last_error: reasons.get(&e.id).cloned().flatten(),
+                })
+                .collect();
             // Chunks run concurrently: the call that is recorded first must be the one that is
             // shortened, so both happen under the one lock.
             let mut calls = self.calls.lock().unwrap();
-            calls.push(numbers.clone());
+            calls.push(seen);
             let mut results: Vec<Result<(), HandlerError>> = numbers
                 .iter()
                 .map(|n| match self.answer {
@@ -93,15 +143,7 @@ impl Sink for BatchSink {
 }
 
 async fn insert_events(pool: &PgPool, n: i64) {
-    sqlx::query(
-        "INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload)
-         SELECT gen_random_uuid(), 'batch-' || g, '\\x00', 'ping', 1, jsonb_build_object('n', g)
-         FROM generate_series(1, $1) AS g",
-    )
-    .bind(n)
-    .execute(pool)
-    .await
-    .unwrap();
+    worker_support::insert_pings(pool, "batch", n).await;
 }
 
 async fn start(pool: &PgPool, sink: Arc<BatchSink>) -> WorkerHandle {
@@ -118,13 +160,13 @@ async fn start(pool: &PgPool, sink: Arc<BatchSink>) -> WorkerHandle {
         .unwrap()
 }
 
-/// Wait until no row is pending or processing; returns (payload n -> (status, attempts,
-/// last_error)).
-async fn settled(pool: &PgPool) -> HashMap<i64, (String, i32, Option<String>)> {
+/// Wait until no event is pending or processing; returns (payload n -> (status, last_error)),
+/// `delivered` for an event without a queue row (and so without a reason).
+async fn settled(pool: &PgPool) -> HashMap<i64, (String, Option<String>)> {
     let started = Instant::now();
     loop {
         let open: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM outbox WHERE status IN ('pending', 'processing')",
+            "SELECT count(*) FROM outbox_queue WHERE status IN ('pending', 'processing')",
         )
         .fetch_one(pool)
         .await
@@ -138,13 +180,15 @@ async fn settled(pool: &PgPool) -> HashMap<i64, (String, i32, Option<String>)> {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let rows: Vec<(i64, String, i32, Option<String>)> =
-        sqlx::query_as("SELECT (payload->>'n')::bigint, status, attempts, last_error FROM outbox")
-            .fetch_all(pool)
-            .await
-            .unwrap();
+    let rows: Vec<(i64, String, Option<String>)> = sqlx::query_as(
+        "SELECT (e.payload->>'n')::bigint, coalesce(q.status, 'delivered'), q.last_error
+         FROM outbox AS e LEFT JOIN outbox_queue AS q ON q.id = e.id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
     rows.into_iter()
-        .map(|(n, status, attempts, error)| (n, (status, attempts, error)))
+        .map(|(n, status, error)| (n, (status, error)))
         .collect()
 }
 
@@ -153,7 +197,7 @@ async fn events_are_delivered_in_chunks_of_at_most_max_batch() {
     const EVENTS: i64 = 45;
     let db = TestDatabase::new().await;
     insert_events(db.pool(), EVENTS).await;
-    let sink = BatchSink::new(Answer::AcceptAll);
+    let sink = BatchSink::new(Answer::AcceptAll, db.pool());
     let worker = start(db.pool(), Arc::clone(&sink)).await;
     let rows = settled(db.pool()).await;
     worker.shutdown().await;
@@ -178,7 +222,7 @@ async fn events_are_delivered_in_chunks_of_at_most_max_batch() {
     );
     assert_eq!(rows.len(), EVENTS as usize);
     assert!(
-        rows.values().all(|(status, _, _)| status == "delivered"),
+        rows.values().all(|(status, _)| status == "delivered"),
         "{rows:?}"
     );
 }
@@ -188,12 +232,12 @@ async fn only_accepted_items_are_delivered_and_refused_ones_keep_the_reason() {
     const EVENTS: i64 = 30;
     let db = TestDatabase::new().await;
     insert_events(db.pool(), EVENTS).await;
-    let sink = BatchSink::new(Answer::RefuseOdd);
+    let sink = BatchSink::new(Answer::RefuseOdd, db.pool());
     let worker = start(db.pool(), Arc::clone(&sink)).await;
     let rows = settled(db.pool()).await;
     worker.shutdown().await;
 
-    for (n, (status, _, error)) in &rows {
+    for (n, (status, error)) in &rows {
         if n % 2 == 1 {
             assert_eq!(status, "exhausted", "odd item {n}");
             let error = error.as_deref().unwrap_or_default();
@@ -213,27 +257,30 @@ async fn items_without_a_result_are_retried_and_none_is_lost() {
     const EVENTS: i64 = 20;
     let db = TestDatabase::new().await;
     insert_events(db.pool(), EVENTS).await;
-    let sink = BatchSink::new(Answer::ShortOnce);
+    let sink = BatchSink::new(Answer::ShortOnce, db.pool());
     let worker = start(db.pool(), Arc::clone(&sink)).await;
     let rows = settled(db.pool()).await;
     worker.shutdown().await;
 
     assert_eq!(rows.len(), EVENTS as usize);
     assert!(
-        rows.values().all(|(status, _, _)| status == "delivered"),
+        rows.values().all(|(status, _)| status == "delivered"),
         "{rows:?}"
     );
-    // The first call's last three items got no result: retried once, with the reason kept.
+    // The first call's last three items got no result: retried once, and the retry saw the
+    // reason kept on the queue row.
     let first = &sink.calls()[0];
     assert!(first.len() > 3, "first chunk {first:?}");
     for n in &first[first.len() - 3..] {
-        let (_, attempts, error) = &rows[n];
-        assert_eq!(*attempts, 2, "item {n} was retried once");
-        let error = error.as_deref().unwrap_or_default();
+        let deliveries = sink.deliveries_of(*n);
+        let attempts: Vec<i32> = deliveries.iter().map(|i| i.attempt).collect();
+        assert_eq!(attempts, [1, 2], "item {n} was retried once");
+        let error = deliveries[1].last_error.as_deref().unwrap_or_default();
         assert!(error.contains("results for"), "item {n}: {error}");
     }
     for n in &first[..first.len() - 3] {
-        assert_eq!(rows[n].1, 1, "item {n} was answered the first time");
+        let attempts: Vec<i32> = sink.deliveries_of(*n).iter().map(|i| i.attempt).collect();
+        assert_eq!(attempts, [1], "item {n} was answered the first time");
     }
 }
 
@@ -262,7 +309,7 @@ async fn a_publisher_timeout_not_shorter_than_the_lease_is_refused_at_start() {
             && message.contains("HttpConfig::timeout"),
         "{message}"
     );
-    let claimed: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE attempts > 0")
+    let claimed: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_queue WHERE attempts > 0")
         .fetch_one(db.pool())
         .await
         .unwrap();

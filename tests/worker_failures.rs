@@ -55,9 +55,17 @@ async fn failures_are_retried_with_exponential_backoff() {
     .await;
     worker.shutdown().await;
 
-    let row = rows(&pool).await.remove(0);
-    assert_eq!((row.attempts, row.handler_failures), (3, 2));
-    assert_eq!(row.last_error.as_deref(), Some("receiver unavailable"));
+    // Delivered, so its queue row is gone: the claim that delivered it saw the two failures
+    // recorded, with the receiver's reason.
+    let delivered = accepted(&pool).await.remove(0);
+    assert_eq!(
+        (delivered.attempt, delivered.handler_failures),
+        (3, Some(2))
+    );
+    assert_eq!(
+        delivered.last_error.as_deref(),
+        Some("receiver unavailable")
+    );
     let times = attempt_times(&pool).await;
     assert_eq!(times.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 2, 3]);
     let gaps = gaps_ms(&times);
@@ -125,7 +133,9 @@ async fn an_event_that_keeps_failing_is_exhausted_after_its_attempts() {
     })
     .await;
     worker.shutdown().await;
-    for r in rows(&pool).await {
+    let exhausted = queue_rows(&pool).await;
+    assert_eq!(exhausted.len(), 2);
+    for r in exhausted {
         assert_eq!(
             (r.status.as_str(), r.attempts, r.handler_failures),
             ("exhausted", 3, 3),
@@ -158,7 +168,7 @@ async fn a_permanent_failure_exhausts_at_once() {
     })
     .await;
     worker.shutdown().await;
-    let row = rows(&pool).await.remove(0);
+    let row = queue_rows(&pool).await.remove(0);
     assert_eq!(row.attempts, 1);
     assert_eq!(
         row.last_error.as_deref(),
@@ -187,7 +197,7 @@ async fn a_panicking_handler_fails_its_event_and_the_worker_goes_on() {
     .await;
     // The worker survived its panicking handlers: it still delivers.
     enqueue_jobs_with_attempts(&pool, 10, 11, 5).await;
-    sqlx::query("UPDATE outbox SET attempts = 1 WHERE status = 'pending'")
+    sqlx::query("UPDATE outbox_queue SET attempts = 1 WHERE status = 'pending'")
         .execute(&pool)
         .await
         .unwrap();
@@ -196,11 +206,13 @@ async fn a_panicking_handler_fails_its_event_and_the_worker_goes_on() {
     })
     .await;
     worker.shutdown().await;
-    for r in rows(&pool)
+    let exhausted: Vec<QueueRow> = queue_rows(&pool)
         .await
         .into_iter()
         .filter(|r| r.status == "exhausted")
-    {
+        .collect();
+    assert_eq!(exhausted.len(), 3);
+    for r in exhausted {
         assert_eq!(r.attempts, 1);
         let err = r.last_error.unwrap_or_default();
         assert!(
@@ -319,7 +331,7 @@ async fn during_a_partition_the_handler_is_told_when_its_lease_ends_by_the_local
     // The handler heard before the lease ended by the database clock: the worker's deadline is
     // the send time of the last renewal plus the lease, minus a safety margin.
     let before_the_end: bool = sqlx::query_scalar(
-        "SELECT l.received_at < o.lease_until FROM receiver_log l, outbox o
+        "SELECT l.received_at < q.lease_until FROM receiver_log l, outbox_queue q
          WHERE l.outcome = 'stopped_lease_lost'",
     )
     .fetch_one(&pool)
@@ -393,10 +405,14 @@ async fn outcome_after_the_lost_answer(
     (completed, stale)
 }
 
+/// Bytes that only the completion statement holds: complete_many.sql (the event is kept) and
+/// complete_many_delete.sql (retention zero: the event is deleted too).
+const COMPLETE_MANY: &[u8] = b"DELETE FROM outbox_queue AS q\nUSING unnest(";
+const COMPLETE_MANY_DELETE: &[u8] = b"WITH completed AS (";
+
 /// The completion commits, then the connection dies before its answer arrives. The completer
-/// retries; the retry finds the row already settled by this very claim (delivered under the
-/// same claim_version, or deleted with a retention of zero). That is a completed delivery, not
-/// a stale one.
+/// retries; the retry finds the queue row already gone, and a queue row is only ever deleted by
+/// a completion: the event is delivered, so the claim is counted completed, not stale.
 async fn completion_whose_answer_was_lost(retention: Option<Duration>, statement: &[u8]) {
     let db = database().await;
     let pool = db.pool().clone();
@@ -411,7 +427,11 @@ async fn completion_whose_answer_was_lost(retention: Option<Duration>, statement
     worker.shutdown().await;
     let c = worker.counters();
     assert_eq!((c.delivered, c.stale_completions), (1, 0), "{c:?}");
-    let left: Vec<String> = rows(&pool).await.into_iter().map(|r| r.status).collect();
+    let left: Vec<String> = worker_support::events(&pool)
+        .await
+        .into_iter()
+        .map(|r| r.status)
+        .collect();
     let expected: &[&str] = if retention == Some(Duration::ZERO) {
         &[]
     } else {
@@ -423,49 +443,98 @@ async fn completion_whose_answer_was_lost(retention: Option<Duration>, statement
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_completion_whose_answer_was_lost_counts_as_delivered_not_stale() {
-    completion_whose_answer_was_lost(None, b"SET status = 'delivered'").await;
+    completion_whose_answer_was_lost(None, COMPLETE_MANY).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleting_completion_whose_answer_was_lost_counts_as_delivered_not_stale() {
-    completion_whose_answer_was_lost(Some(Duration::ZERO), b"USING unnest(").await;
+    completion_whose_answer_was_lost(Some(Duration::ZERO), COMPLETE_MANY_DELETE).await;
 }
 
-/// The other side of the lost answer: the claim was taken by another worker before the
-/// completion was written, so the first write completed nothing, and then its answer was lost
-/// too. The retry finds the claim gone; the check for an earlier write must not turn that into
-/// a delivery: it stays stale, and the row stays the other worker's.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stale_completion_whose_answer_was_lost_stays_stale() {
-    let db = database().await;
-    let pool = db.pool().clone();
-    // The handler takes long enough for the test to steal its claim first.
+/// A worker whose handler takes a second, losing the answer to its completion, and whose claim
+/// the test takes over while the handler runs (`steal`: a statement on the queue row).
+/// Returns the completed and stale claims the worker reported, after checking its counters
+/// agree.
+async fn completion_of_a_stolen_claim_whose_answer_was_lost(
+    db: &outbox_runtime::testing::TestDatabase,
+    steal: &str,
+) -> (
+    Vec<outbox_runtime::store::Claim>,
+    Vec<outbox_runtime::store::Claim>,
+) {
     let knobs = Knobs {
         delay: Duration::from_secs(1),
         ..Default::default()
     };
-    let (proxy, worker, mut events) =
-        worker_losing_an_answer(&db, b"SET status = 'delivered'", None, knobs).await;
+    let (proxy, worker, mut events) = worker_losing_an_answer(db, COMPLETE_MANY, None, knobs).await;
     wait_event(&mut events, WAIT, "the claim", |e| {
         matches!(e, WorkerEvent::ClaimedBatch(_))
     })
     .await;
-    sqlx::query("UPDATE outbox SET claim_version = claim_version + 1, claimed_by = 'thief'")
-        .execute(&pool)
+    sqlx::raw_sql(sqlx::AssertSqlSafe(steal.to_owned()))
+        .execute(db.pool())
         .await
         .unwrap();
     let (completed, stale) = outcome_after_the_lost_answer(&proxy, &mut events).await;
+    worker.shutdown().await;
+    let c = worker.counters();
+    assert_eq!(
+        (c.delivered, c.stale_completions),
+        (completed.len() as u64, stale.len() as u64),
+        "{c:?}"
+    );
+    (completed, stale)
+}
+
+/// The other side of the lost answer: the claim was taken by another worker before the
+/// completion was written, so the first write completed nothing, and then its answer was lost
+/// too. The retry finds the claim gone but the queue row still there (the other worker's
+/// claim): the check for an earlier write must not turn that into a delivery. It stays stale,
+/// and the row stays the other worker's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_completion_whose_answer_was_lost_stays_stale() {
+    let db = database().await;
+    let (completed, stale) = completion_of_a_stolen_claim_whose_answer_was_lost(
+        &db,
+        "UPDATE outbox_queue SET claim_version = claim_version + 1, claimed_by = 'thief'",
+    )
+    .await;
     assert_eq!(
         (completed.len(), stale.len()),
         (0, 1),
         "completed {completed:?}, stale {stale:?}"
     );
-    worker.shutdown().await;
-    let c = worker.counters();
-    assert_eq!((c.delivered, c.stale_completions), (0, 1), "{c:?}");
-    let row = rows(&pool).await.remove(0);
+    let row = queue_rows(db.pool()).await.remove(0);
     assert_eq!(
         (row.status.as_str(), row.claimed_by.as_deref()),
         ("processing", Some("thief"))
     );
+}
+
+/// A stale completion whose answer was lost, when the claim that took the event over has
+/// delivered it already (as after this worker's lease ran out, recovery, and another worker's
+/// claim and completion). The queue row is gone, which says the event is delivered but not by
+/// which claim: the check for an earlier write counts it completed, not stale. Nothing is
+/// overwritten, and the event is delivered either way (docs/split-layout.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_completion_whose_answer_was_lost_after_another_claim_delivered_counts_as_settled()
+{
+    let db = database().await;
+    let (completed, stale) = completion_of_a_stolen_claim_whose_answer_was_lost(
+        &db,
+        "UPDATE outbox_queue SET claim_version = claim_version + 1, claimed_by = 'thief';
+         DELETE FROM outbox_queue WHERE claimed_by = 'thief'",
+    )
+    .await;
+    assert_eq!(
+        (completed.len(), stale.len()),
+        (1, 0),
+        "completed {completed:?}, stale {stale:?}"
+    );
+    let left: Vec<String> = worker_support::events(db.pool())
+        .await
+        .into_iter()
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(left, ["delivered"]);
 }

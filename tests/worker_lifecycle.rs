@@ -44,11 +44,12 @@ async fn shutdown_hands_back_unstarted_claims_without_charging_an_attempt() {
     worker.shutdown().await;
     worker.shutdown().await; // idempotent
 
-    let after = rows(&pool).await;
+    let after = queue_rows(&pool).await;
     assert!(
-        after
-            .iter()
-            .all(|r| r.status == "pending" && r.attempts == 0),
+        after.len() == 6
+            && after
+                .iter()
+                .all(|r| r.status == "pending" && r.attempts == 0),
         "{after:?}"
     );
     assert_eq!(
@@ -70,8 +71,13 @@ async fn shutdown_hands_back_unstarted_claims_without_charging_an_attempt() {
     })
     .await;
     next.shutdown().await;
-    assert!(rows(&pool).await.iter().all(|r| r.attempts == 1));
-    assert_eq!(received(&pool).await.len(), 6);
+    // Each delivered on the attempt the next worker's claim charged, the first.
+    let log = received(&pool).await;
+    assert_eq!(log.len(), 6);
+    assert!(
+        log.iter().all(|r| r.attempt == 1 && r.outcome == "ok"),
+        "{log:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,11 +157,12 @@ async fn after_the_deadline_running_deliveries_are_told_to_stop_and_handed_back(
     worker.shutdown().await;
     // The handlers stopped because shutdown told them to (and said so with a retryable error):
     // handed back like unstarted claims, no attempt charged and no handler failure recorded.
-    let after = rows(&pool).await;
+    let after = queue_rows(&pool).await;
     assert!(
-        after
-            .iter()
-            .all(|r| r.status == "pending" && r.attempts == 0 && r.handler_failures == 0),
+        after.len() == 2
+            && after
+                .iter()
+                .all(|r| r.status == "pending" && r.attempts == 0 && r.handler_failures == 0),
         "{after:?}"
     );
     let c = worker.counters();
@@ -202,7 +209,7 @@ async fn a_delivery_abandoned_at_shutdown_on_its_last_attempt_is_handed_back_unc
     .await;
     worker.shutdown().await;
 
-    let row = rows(&pool).await.remove(0);
+    let row = queue_rows(&pool).await.remove(0);
     assert_eq!(
         (
             row.status.as_str(),
@@ -262,7 +269,7 @@ async fn the_renewer_tells_a_handler_its_lease_was_lost() {
     .await;
     let claimed = std::time::Instant::now();
     // Another claim takes the row (as after recovery): the fencing token moves on.
-    sqlx::query("UPDATE outbox SET claim_version = claim_version + 1, claimed_by = 'thief'")
+    sqlx::query("UPDATE outbox_queue SET claim_version = claim_version + 1, claimed_by = 'thief'")
         .execute(&pool)
         .await
         .unwrap();
@@ -279,7 +286,7 @@ async fn the_renewer_tells_a_handler_its_lease_was_lost() {
     })
     .await;
     worker.shutdown().await;
-    let row = rows(&pool).await.remove(0);
+    let row = queue_rows(&pool).await.remove(0);
     assert_eq!(
         (
             row.status.as_str(),
@@ -310,8 +317,8 @@ async fn a_row_held_by_another_transaction_does_not_stop_the_other_renewals() {
     let db = database().await;
     let pool = db.pool().clone();
     enqueue_jobs(&pool, 0, 2, false).await;
-    let ids: Vec<i64> = rows(&pool).await.iter().map(|r| r.id).collect();
-    let (held, free) = (ids[0], ids[1]);
+    let both = events(&pool).await;
+    let (held, free) = (both[0].id, both[1].id);
     let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
     let knobs = Knobs {
         delay: Duration::from_secs(6),
@@ -333,7 +340,8 @@ async fn a_row_held_by_another_transaction_does_not_stop_the_other_renewals() {
     .await;
     let mut holder = db.connect().await;
     sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
-    sqlx::query("SELECT 1 FROM outbox WHERE id = $1 FOR UPDATE")
+    // The queue row: the one the renewal updates (the event row is never written).
+    sqlx::query("SELECT 1 FROM outbox_queue WHERE id = $1 FOR UPDATE")
         .bind(held)
         .execute(&mut holder)
         .await
@@ -370,14 +378,21 @@ async fn a_row_held_by_another_transaction_does_not_stop_the_other_renewals() {
             && outcomes.contains(&(1, "stopped_lease_lost".to_owned())),
         "{outcomes:?}"
     );
-    let states: Vec<(i64, String, i32)> = rows(&pool)
+    let states = worker_support::events(&pool).await;
+    let free_event = both[1].event_id;
+    let delivered_on: Vec<i32> = accepted(&pool)
         .await
-        .into_iter()
-        .map(|r| (r.id, r.status, r.attempts))
+        .iter()
+        .filter(|r| r.event_id == free_event)
+        .map(|r| r.attempt)
         .collect();
     assert!(
-        states.contains(&(free, "delivered".to_owned(), 1)),
-        "the free event was not delivered on its first claim: {states:?}"
+        states.contains(&EventRow {
+            id: free,
+            event_id: free_event,
+            status: "delivered".to_owned()
+        }) && delivered_on == [1],
+        "the free event was not delivered on its first claim: {states:?}, attempts {delivered_on:?}"
     );
     assert_eq!(worker.counters().lease_lost, 1);
 }
@@ -446,12 +461,17 @@ async fn one_maintenance_leader_recovers_purges_and_hands_over() {
         received(&pool).await.len() == 3
     })
     .await;
-    for r in rows(&pool).await {
-        assert_eq!(r.lease_expiries, 1, "{r:?}");
+    // Each delivered by a claim taken after recovery counted its orphaned lease.
+    for r in received(&pool).await {
+        assert_eq!(
+            (r.outcome.as_str(), r.lease_expiries),
+            ("ok", Some(1)),
+            "{r:?}"
+        );
     }
-    // Delivered rows go after retention (1 s).
-    wait_until(WAIT, "delivered rows purged", || async {
-        rows(&pool).await.is_empty()
+    // Delivered events go after retention (1 s from their enqueue).
+    wait_until(WAIT, "delivered events purged", || async {
+        worker_support::events(&pool).await.is_empty()
     })
     .await;
     assert_eq!(effects(&pool).await, 3);
@@ -475,6 +495,94 @@ async fn one_maintenance_leader_recovers_purges_and_hands_over() {
     assert!(
         maintenance_leaders(&pool).await.is_empty(),
         "leadership released at shutdown"
+    );
+}
+
+/// The retention counts from the enqueue, and only delivered events (without a queue row) are
+/// purged: of five events, four enqueued an hour ago (one delivered, one pending but not due,
+/// one claimed by a live worker elsewhere, one exhausted) and one delivered just now, a purge
+/// with a minute's retention takes the old delivered one alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_purge_takes_old_delivered_events_and_never_an_open_or_exhausted_one() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    enqueue_jobs(&pool, 0, 5, false).await;
+    let ids: Vec<i64> = events(&pool).await.iter().map(|e| e.id).collect();
+    let (old_delivered, not_due, held, exhausted, new_delivered) =
+        (ids[0], ids[1], ids[2], ids[3], ids[4]);
+    for (statement, id) in [
+        ("DELETE FROM outbox_queue WHERE id = $1", old_delivered),
+        (
+            "UPDATE outbox_queue SET available_at = now() + interval '1 hour' WHERE id = $1",
+            not_due,
+        ),
+        (
+            "UPDATE outbox_queue SET status = 'processing', claimed_by = 'elsewhere', claim_version = 1,
+                                     attempts = 1, lease_until = now() + interval '1 hour'
+             WHERE id = $1",
+            held,
+        ),
+        (
+            "UPDATE outbox_queue SET status = 'exhausted', exhausted_at = now() WHERE id = $1",
+            exhausted,
+        ),
+        ("DELETE FROM outbox_queue WHERE id = $1", new_delivered),
+        // Enqueued an hour ago, all but the one delivered just now.
+        (
+            "UPDATE outbox SET created_at = now() - interval '1 hour' WHERE id <> $1",
+            new_delivered,
+        ),
+    ] {
+        sqlx::query(statement).bind(id).execute(&pool).await.unwrap();
+    }
+    let (tx, mut hook) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::builder(
+        pool.clone(),
+        Receiver::new(pool.clone(), "w", Knobs::default()),
+    )
+    .retention(Some(Duration::from_secs(60)))
+    .maintenance_interval(Duration::from_millis(100))
+    .events(tx)
+    .start()
+    .await
+    .unwrap();
+    let is_pass = |e: &WorkerEvent| matches!(e, WorkerEvent::MaintenanceRan { .. });
+    let first = wait_event(&mut hook, WAIT, "a maintenance pass", is_pass).await;
+    // And one more: it would purge anything the first one left that was due.
+    let second = wait_event(&mut hook, WAIT, "another maintenance pass", is_pass).await;
+    worker.shutdown().await;
+    assert_eq!(
+        (first, second),
+        (
+            WorkerEvent::MaintenanceRan {
+                requeued: 0,
+                exhausted: 0,
+                purged: 1
+            },
+            WorkerEvent::MaintenanceRan {
+                requeued: 0,
+                exhausted: 0,
+                purged: 0
+            }
+        )
+    );
+    let left: Vec<(i64, String)> = events(&pool)
+        .await
+        .into_iter()
+        .map(|e| (e.id, e.status))
+        .collect();
+    assert_eq!(
+        left,
+        [
+            (not_due, "pending".to_owned()),
+            (held, "processing".to_owned()),
+            (exhausted, "exhausted".to_owned()),
+            (new_delivered, "delivered".to_owned()),
+        ]
+    );
+    assert!(
+        received(&pool).await.is_empty(),
+        "nothing was due for delivery"
     );
 }
 
@@ -531,9 +639,11 @@ async fn outbox_tables_in_two_schemas_each_get_their_own_maintenance_leader() {
     let mut workers = Vec::new();
     for (schema, schema_pool) in schemas.iter().zip(&schema_pools) {
         workers.push(
+            // The receiver on the schema's pool: its log (public) records the queue row of the
+            // schema's own table as each delivery saw it.
             Worker::builder(
                 schema_pool.clone(),
-                Receiver::new(pool.clone(), schema, Knobs::default()),
+                Receiver::new(schema_pool.clone(), schema, Knobs::default()),
             )
             .name(*schema)
             .maintenance_interval(Duration::from_millis(100))
@@ -560,13 +670,14 @@ async fn outbox_tables_in_two_schemas_each_get_their_own_maintenance_leader() {
             WAIT,
             &format!("{schema}: orphans recovered and delivered"),
             || async {
-                let recovered: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM outbox WHERE lease_expiries = 1 AND status = 'delivered'",
-                )
-                .fetch_one(schema_pool)
-                .await
-                .unwrap();
-                recovered == 2
+                // Delivered (no queue row left), each by a claim that saw its orphaned lease
+                // counted.
+                let recovered = accepted(&pool)
+                    .await
+                    .iter()
+                    .filter(|r| r.worker == *schema && r.lease_expiries == Some(1))
+                    .count();
+                recovered == 2 && count_status(schema_pool, "delivered").await == 2
             },
         )
         .await;

@@ -153,14 +153,37 @@ pub async fn settle(
 
 /// Claim the one ready event, deliver it through `sink` and settle the outcome.
 pub async fn attempt(store: &Store, sink: &dyn Sink) -> (Result<(), HandlerError>, Settled) {
+    let (outcome, settled, _) = numbered_attempt(store, sink).await;
+    (outcome, settled)
+}
+
+/// [`attempt`], also returning which attempt it was (as its claim charged it): once delivered,
+/// the event keeps no queue row, so no attempts to read afterwards.
+pub async fn numbered_attempt(
+    store: &Store,
+    sink: &dyn Sink,
+) -> (Result<(), HandlerError>, Settled, i32) {
     let mut claimed = claim(store, 1).await;
     let (event, delivery) = claimed.pop().unwrap();
     let outcome = sink.deliver(&event, &delivery).await;
     let settled = settle(store, &event, &outcome).await;
-    (outcome, settled)
+    (outcome, settled, event.attempts)
 }
 
-/// The outbox row of an event, as the database has it.
+/// Where an event stands: its queue row's status, or `delivered` when it has none.
+pub async fn status(pool: &PgPool, event_id: Uuid) -> String {
+    sqlx::query_scalar(
+        "SELECT coalesce(q.status, 'delivered')
+         FROM outbox AS e LEFT JOIN outbox_queue AS q ON q.id = e.id WHERE e.event_id = $1",
+    )
+    .bind(event_id)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// The delivery state of an event that is not delivered (its queue row), as the database has
+/// it. A delivered event keeps none: ask [`status`].
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Row {
     pub status: String,
@@ -176,14 +199,15 @@ pub struct Row {
 
 pub async fn row(pool: &PgPool, event_id: Uuid) -> Row {
     sqlx::query_as(
-        "SELECT status, attempts, handler_failures, last_error, available_at <= now() AS ready, \
-                (extract(epoch FROM available_at - updated_at) * 1000)::bigint AS scheduled_delay_ms \
-         FROM outbox WHERE event_id = $1",
+        "SELECT q.status, q.attempts, q.handler_failures, q.last_error, q.available_at <= now() AS ready, \
+                (extract(epoch FROM q.available_at - q.updated_at) * 1000)::bigint AS scheduled_delay_ms \
+         FROM outbox_queue AS q JOIN outbox AS e ON e.id = q.id WHERE e.event_id = $1",
     )
     .bind(event_id)
-    .fetch_one(pool)
+    .fetch_optional(pool)
     .await
     .unwrap()
+    .unwrap_or_else(|| panic!("event {event_id} has no queue row (delivered, or never enqueued)"))
 }
 
 // --- The HTTP receiver -------------------------------------------------------------------
@@ -513,7 +537,7 @@ pub async fn exhaust_with_a_worker(pool: &PgPool, sink: impl Sink, ids: &[Uuid])
         || async {
             let mut all = true;
             for id in ids {
-                all &= row(pool, *id).await.status == "exhausted";
+                all &= status(pool, *id).await == "exhausted";
             }
             all
         },

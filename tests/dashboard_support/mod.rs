@@ -14,7 +14,7 @@ pub const HOSTILE_TYPE: &str = "<script>window.pwned = 'type'</script>";
 pub const HOSTILE_ERROR: &str =
     "receiver said <img src=x onerror=\"window.pwned='error'\"> & <b>bold</b> 100% _done_";
 
-/// One row to write, with the columns a test cares about.
+/// One event to write, with the columns a test cares about.
 #[derive(Debug, Clone)]
 pub struct Seed {
     pub event_type: String,
@@ -26,11 +26,10 @@ pub struct Seed {
     pub handler_failures: i32,
     pub last_error: Option<String>,
     pub claimed_by: Option<String>,
-    /// Seconds until the lease ends (processing rows).
+    /// Seconds until the lease ends (processing events).
     pub lease_seconds: f64,
-    /// How long ago the row was written, and (delivered rows) delivered.
+    /// How long ago the event was written (a delivered event keeps no other time).
     pub created_ago_seconds: f64,
-    pub delivered_ago_seconds: f64,
     pub payload: serde_json::Value,
 }
 
@@ -48,30 +47,36 @@ impl Seed {
             claimed_by: None,
             lease_seconds: 30.0,
             created_ago_seconds: 120.0,
-            delivered_ago_seconds: 60.0,
             payload: serde_json::json!({"n": 1}),
         }
     }
 }
 
-/// Write a row in the state `seed` describes, directly (the states' own transitions are tested
-/// by the store and worker tests; here the page is the subject). Returns its event id.
+/// Write an event in the state `seed` describes, directly (the states' own transitions are
+/// tested by the store and worker tests; here the page is the subject): the event row, and its
+/// queue row unless it is delivered. Returns its event id.
 pub async fn insert(pool: &PgPool, seed: &Seed) -> Uuid {
     let event_id = Uuid::new_v4();
     sqlx::query(
-        "INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version,
-                             aggregate_type, aggregate_id, payload, headers, status, available_at,
-                             lease_until, claimed_by, claim_version, attempts, max_attempts,
-                             lease_expiries, handler_failures, last_error, created_at, updated_at,
-                             delivered_at, exhausted_at)
-         VALUES ($1, $1::text, '\\x00', $2, 1,
-                 CASE WHEN $3::text IS NOT NULL THEN 'order' END, $3, $4,
-                 '{\"traceparent\": \"00-abc-def-01\"}', $5, now() - $12 * interval '1 second',
-                 CASE WHEN $5 = 'processing' THEN now() + $10 * interval '1 second' END,
-                 $9, $6, $6, $7, $8, $11, $13, now() - $12 * interval '1 second',
-                 now() - CASE WHEN $5 = 'delivered' THEN $14 ELSE 0 END * interval '1 second',
-                 CASE WHEN $5 = 'delivered' THEN now() - $14 * interval '1 second' END,
-                 CASE WHEN $5 = 'exhausted' THEN now() END)",
+        "WITH e AS (
+             INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type,
+                                 event_version, aggregate_type, aggregate_id, payload, headers,
+                                 created_at)
+             VALUES ($1, $1::text, '\\x00', $2, 1,
+                     CASE WHEN $3::text IS NOT NULL THEN 'order' END, $3, $4,
+                     '{\"traceparent\": \"00-abc-def-01\"}', now() - $12 * interval '1 second')
+             RETURNING id, aggregate_type, aggregate_id, created_at
+         )
+         INSERT INTO outbox_queue (id, aggregate_type, aggregate_id, status, available_at,
+                                   lease_until, claimed_by, claim_version, attempts, max_attempts,
+                                   lease_expiries, handler_failures, last_error, updated_at,
+                                   exhausted_at)
+         SELECT id, aggregate_type, aggregate_id, $5::text, created_at,
+                CASE WHEN $5::text = 'processing' THEN now() + $10 * interval '1 second' END,
+                $9, $6, $6, $7, $8, $11, $13, now(),
+                CASE WHEN $5::text = 'exhausted' THEN now() END
+         FROM e
+         WHERE $5::text <> 'delivered'",
     )
     .bind(event_id)
     .bind(&seed.event_type)
@@ -86,10 +91,9 @@ pub async fn insert(pool: &PgPool, seed: &Seed) -> Uuid {
     .bind(seed.handler_failures)
     .bind(seed.created_ago_seconds)
     .bind(&seed.last_error)
-    .bind(seed.delivered_ago_seconds)
     .execute(pool)
     .await
-    .expect("insert a seeded row");
+    .expect("insert a seeded event");
     event_id
 }
 
@@ -108,8 +112,8 @@ pub struct Scenario {
     pub delivered_private: Uuid,
 }
 
-/// Rows in every state: 4 pending (one failing), 2 processing (worker-a), 6 delivered (in the
-/// last hour), 3 exhausted (one with hostile text).
+/// Events in every state, all enqueued in the last ten minutes: 4 pending (one failing), 2
+/// processing (worker-a), 6 delivered, 3 exhausted (one with hostile text).
 pub async fn scenario(pool: &PgPool) -> Scenario {
     for i in 0..3 {
         let mut s = Seed::new("order.confirmed", "pending");
@@ -132,13 +136,10 @@ pub async fn scenario(pool: &PgPool) -> Scenario {
     }
     let mut delivered_private = Seed::new("customer.registered", "delivered");
     delivered_private.payload = serde_json::json!({"email": "jane.doe@example.invalid"});
-    delivered_private.attempts = 1;
     let delivered_private = insert(pool, &delivered_private).await;
     for i in 0..5 {
         let mut s = Seed::new("order.confirmed", "delivered");
-        s.attempts = 1;
         s.created_ago_seconds = 300.0 + f64::from(i) * 60.0;
-        s.delivered_ago_seconds = 240.0 + f64::from(i) * 60.0;
         insert(pool, &s).await;
     }
     let mut note = Seed::new("note", "exhausted");
@@ -164,22 +165,30 @@ pub async fn scenario(pool: &PgPool) -> Scenario {
     }
 }
 
-/// Rows of `status`, counted by the database.
+/// The status of each event: its queue row's, or `delivered` when it has none.
+const STATUSES: &str = "SELECT e.event_id, coalesce(q.status, 'delivered') AS status
+                        FROM outbox e LEFT JOIN outbox_queue q ON q.id = e.id";
+
+/// Events of `status`, counted by the database.
 pub async fn count(pool: &PgPool, status: &str) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = $1")
-        .bind(status)
-        .fetch_one(pool)
-        .await
-        .unwrap()
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM ({STATUSES}) AS s WHERE s.status = $1"
+    )))
+    .bind(status)
+    .fetch_one(pool)
+    .await
+    .unwrap()
 }
 
 /// The status of one event.
 pub async fn status_of(pool: &PgPool, event_id: Uuid) -> String {
-    sqlx::query_scalar("SELECT status FROM outbox WHERE event_id = $1")
-        .bind(event_id)
-        .fetch_one(pool)
-        .await
-        .unwrap()
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT s.status FROM ({STATUSES}) AS s WHERE s.event_id = $1"
+    )))
+    .bind(event_id)
+    .fetch_one(pool)
+    .await
+    .unwrap()
 }
 
 /// A dashboard served on a free loopback port until dropped.

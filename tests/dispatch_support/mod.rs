@@ -122,13 +122,17 @@ pub async fn deliver_ready(store: &Store, sink: &dyn Sink) -> Vec<Outcome> {
     outcomes
 }
 
-/// (status, attempts, last_error) of the row with `event_id`.
-pub async fn row_state(store: &Store, event_id: Uuid) -> (String, i32, Option<String>) {
-    sqlx::query_as("SELECT status, attempts, last_error FROM outbox WHERE event_id = $1")
-        .bind(event_id)
-        .fetch_one(store.pool())
-        .await
-        .expect("row exists")
+/// (status, attempts, last_error) of the event with `event_id`: its queue row's, or
+/// (`delivered`, None, None) when it has none (a delivered event keeps no delivery state).
+pub async fn row_state(store: &Store, event_id: Uuid) -> (String, Option<i32>, Option<String>) {
+    sqlx::query_as(
+        "SELECT coalesce(q.status, 'delivered'), q.attempts, q.last_error
+         FROM outbox AS e LEFT JOIN outbox_queue AS q ON q.id = e.id WHERE e.event_id = $1",
+    )
+    .bind(event_id)
+    .fetch_one(store.pool())
+    .await
+    .expect("event exists")
 }
 
 /// Insert a row the way another binary (or a corrupted producer) could have written it: any
@@ -140,9 +144,17 @@ pub async fn insert_raw(
     version: i32,
     payload: serde_json::Value,
 ) -> Uuid {
+    // Both rows, as the enqueue writes them: the event and its queue row.
     sqlx::query_scalar(
-        "INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload) \
-         VALUES (gen_random_uuid(), $1, '\\x00', $2, $3, $4) RETURNING event_id",
+        "WITH e AS ( \
+             INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload) \
+             VALUES (gen_random_uuid(), $1, '\\x00', $2, $3, $4) \
+             RETURNING id, event_id, aggregate_type, aggregate_id \
+         ), q AS ( \
+             INSERT INTO outbox_queue (id, aggregate_type, aggregate_id) \
+             SELECT id, aggregate_type, aggregate_id FROM e \
+         ) \
+         SELECT event_id FROM e",
     )
     .bind(operation_key)
     .bind(event_type)

@@ -1,6 +1,7 @@
 //! Shared helpers of the `generate_*` and `cli_*` tests: contracts built by hand (so a test
-//! states the exact shape it changes), a temporary migrations folder, and a derived event type
-//! (`#[derive(Event)]`) for rows in the database, whose contract is the derive's.
+//! states the exact shape it changes), a temporary migrations folder, a derived event type
+//! (`#[derive(Event)]`) for rows in the database, whose contract is the derive's, and login
+//! roles for the grants.
 #![allow(dead_code)] // each test file uses a different subset
 
 use std::path::{Path, PathBuf};
@@ -8,9 +9,12 @@ use std::path::{Path, PathBuf};
 use outbox_runtime::Event;
 use outbox_runtime::contract::Contract;
 use outbox_runtime::generate::CompiledEvent;
+use outbox_runtime::testing::TestDatabase;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
 
 /// A migrations folder of its own for one test, removed on drop.
 pub struct TempDir {
@@ -202,4 +206,48 @@ pub fn hostile_texts() -> Vec<String> {
 /// `text` with a `'static` lifetime, as a contract holds it (a test builds a few).
 pub fn leak(text: String) -> &'static str {
     Box::leak(text.into_boxed_str())
+}
+
+/// Two login roles with unique names (roles are cluster-wide; tests run in parallel), dropped
+/// at the end of the test.
+pub struct Roles {
+    pub enqueuer: String,
+    pub worker: String,
+}
+
+impl Roles {
+    pub async fn create(db: &TestDatabase) -> Roles {
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        let roles = Roles {
+            enqueuer: format!("enq_{}", &suffix[..12]),
+            worker: format!("wrk_{}", &suffix[..12]),
+        };
+        for role in [&roles.enqueuer, &roles.worker] {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE ROLE {role} LOGIN")))
+                .execute(db.pool())
+                .await
+                .unwrap();
+        }
+        roles
+    }
+
+    pub async fn drop_all(self, db: &TestDatabase) {
+        for role in [&self.enqueuer, &self.worker] {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "DROP OWNED BY {role}; DROP ROLE {role}"
+            )))
+            .execute(db.pool())
+            .await
+            .unwrap();
+        }
+    }
+}
+
+/// A pool of connections logged in as `role`.
+pub async fn pool_as(db: &TestDatabase, role: &str) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(db.connect_options().clone().username(role))
+        .await
+        .unwrap()
 }

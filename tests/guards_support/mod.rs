@@ -1,6 +1,10 @@
 //! The machinery behind `tests/store_guards.rs`: a witness builder, and a runner that plays one
 //! witness in a transaction of its own (rolled back), against the statement as written and
-//! against the statement with one predicate replaced by `TRUE`.
+//! against the statement with one predicate replaced by `TRUE` (or one clause by its weaker
+//! spelling).
+//!
+//! A witness's rows are events of the default table `outbox`, each with its queue row in
+//! `outbox_queue` (pending by default) or, for a delivered event, without one.
 
 pub mod parse;
 
@@ -20,16 +24,37 @@ pub enum Param {
     /// An event_id no row has.
     NoEventId,
     Int(i64),
+    /// An `integer` (int4) parameter.
+    Int4(i32),
+    Bytes(&'static [u8]),
+    Json(&'static str),
+    /// A `text` NULL.
+    NullText,
     Ints(&'static [i64]),
     Text(&'static str),
     Bool(bool),
 }
 
-/// What a statement did to one row set up by the witness.
+/// What a statement did to one event set up by the witness, or which rows it added.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Change {
+    /// The event or its queue row changed (or it gained a queue row).
     Updated(&'static str),
+    /// The queue row was deleted and the event kept: delivered.
+    Dequeued(&'static str),
+    /// The event was deleted (with its queue row, if it had one).
     Deleted(&'static str),
+    /// A row no witness set up: `"event"` or `"queue row"`, one entry per row.
+    Added(&'static str),
+}
+
+/// How a run of a statement ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It ran and changed these rows.
+    Changed(Vec<Change>),
+    /// It failed with this SQLSTATE.
+    Failed(String),
 }
 
 /// Whether a witness state is one the schema allows.
@@ -37,11 +62,11 @@ pub enum Change {
 pub enum Legality {
     /// Any row state the schema's constraints accept.
     Legal,
-    /// The only state in which the predicate decides breaks the CHECKs that tie `status` to
-    /// `delivered_at` / `exhausted_at`: the runner first shows the setup is refused (SQLSTATE
-    /// 23514), then drops those CHECKs inside the rolled-back transaction and plays the witness.
-    /// Such a predicate is implied by the status predicate beside it and is there for the
-    /// partial index; the witness still shows it filters.
+    /// The only state in which the predicate decides breaks the CHECK that ties the queue row's
+    /// `status` to `exhausted_at`: the runner first shows the setup is refused (SQLSTATE 23514),
+    /// then drops that CHECK inside the rolled-back transaction and plays the witness. Such a
+    /// predicate is implied by the status predicate beside it and is there for the partial
+    /// index; the witness still shows it filters.
     ForbiddenBySchema,
 }
 
@@ -50,16 +75,21 @@ pub enum Legality {
 pub struct Witness {
     pub statement: &'static str,
     /// The predicate's text, whitespace collapsed, as in the SQL file; ` #2` suffix for the
-    /// second occurrence of the same text in one statement.
+    /// second occurrence of the same text in one statement. For a clause witness (see
+    /// [`Witness::clause`]), the clause's text.
     pub predicate: &'static str,
-    /// Rows inserted in this order (so ids ascend): a label and the SET list applied to a
-    /// default pending row (see [`insert_row`]).
-    pub rows: Vec<(&'static str, &'static str)>,
+    /// For a clause witness: what replaces the clause in the mutant.
+    pub replacement: Option<&'static str>,
+    /// Statements run before the rows are set up (in the rolled-back transaction).
+    pub setup: Vec<&'static str>,
+    /// Events inserted in this order (so ids ascend): a label, the SET list applied to a default
+    /// pending event (see [`insert_row`]), and whether it has its queue row (false: delivered).
+    pub rows: Vec<(&'static str, &'static str, bool)>,
     pub params: Vec<Param>,
-    /// What the statement as written changes.
-    pub real: Vec<Change>,
-    /// What it changes with the predicate replaced by `TRUE`.
-    pub without: Vec<Change>,
+    /// What the statement as written does.
+    pub real: Outcome,
+    /// What it does with the predicate replaced by `TRUE`.
+    pub without: Outcome,
     pub legality: Legality,
     /// Set when no row state can make the predicate decide: why (it is then kept for an index,
     /// and the runner checks that removing it changes nothing on the witness's rows).
@@ -71,18 +101,38 @@ pub fn witness(statement: &'static str, predicate: &'static str) -> Witness {
     Witness {
         statement,
         predicate,
+        replacement: None,
+        setup: Vec::new(),
         rows: Vec::new(),
         params: Vec::new(),
-        real: Vec::new(),
-        without: Vec::new(),
+        real: Outcome::Changed(Vec::new()),
+        without: Outcome::Changed(Vec::new()),
         legality: Legality::Legal,
         implied: None,
     }
 }
 
 impl Witness {
+    /// A witness of a clause that is not a WHERE predicate (the enqueue's `ON CONFLICT`): the
+    /// mutant replaces `clause` (whitespace collapsed, as in the SQL file) by `replacement`.
+    pub fn clause(mut self, replacement: &'static str) -> Self {
+        self.replacement = Some(replacement);
+        self
+    }
+    /// Run `sql` before the rows are set up.
+    pub fn setup(mut self, sql: &'static str) -> Self {
+        self.setup.push(sql);
+        self
+    }
+    /// An event with its queue row: `set` assigns columns of either table (an aggregate goes to
+    /// both, as the enqueue copies it).
     pub fn row(mut self, label: &'static str, set: &'static str) -> Self {
-        self.rows.push((label, set));
+        self.rows.push((label, set, true));
+        self
+    }
+    /// A delivered event: no queue row; `set` assigns event columns.
+    pub fn delivered(mut self, label: &'static str, set: &'static str) -> Self {
+        self.rows.push((label, set, false));
         self
     }
     pub fn params(mut self, params: impl IntoIterator<Item = Param>) -> Self {
@@ -91,12 +141,22 @@ impl Witness {
     }
     /// What the real statement changes (default: nothing).
     pub fn real(mut self, changes: impl IntoIterator<Item = Change>) -> Self {
-        self.real = changes.into_iter().collect();
+        self.real = Outcome::Changed(changes.into_iter().collect());
+        self
+    }
+    /// The real statement fails with `sqlstate`.
+    pub fn real_fails(mut self, sqlstate: &'static str) -> Self {
+        self.real = Outcome::Failed(sqlstate.to_owned());
         self
     }
     /// What the statement without the predicate changes.
     pub fn without(mut self, changes: impl IntoIterator<Item = Change>) -> Self {
-        self.without = changes.into_iter().collect();
+        self.without = Outcome::Changed(changes.into_iter().collect());
+        self
+    }
+    /// The statement without the predicate fails with `sqlstate`.
+    pub fn without_fails(mut self, sqlstate: &'static str) -> Self {
+        self.without = Outcome::Failed(sqlstate.to_owned());
         self
     }
     pub fn forbidden_by_schema(mut self) -> Self {
@@ -113,68 +173,162 @@ impl Witness {
     }
 }
 
-/// Insert a default pending row (event type `witness.event`, no aggregate, max_attempts 3),
-/// then apply `set` to it; returns (id, event_id).
+/// Columns of the event table a SET list may assign; every other column is the queue row's.
+/// The aggregate is both's: the enqueue copies it to the queue row for the ordered claim.
+const EVENT_COLUMNS: &[&str] = &[
+    "operation_key",
+    "event_type",
+    "event_version",
+    "aggregate_type",
+    "aggregate_id",
+    "aggregate_version",
+    "payload",
+    "headers",
+    "created_at",
+];
+const SHARED_COLUMNS: &[&str] = &["aggregate_type", "aggregate_id"];
+
+/// The assignments of a SET list, split at top-level commas (none of the witnesses' values
+/// holds a comma outside parentheses or quotes).
+fn assignments(set: &str) -> Vec<&str> {
+    let (mut out, mut depth, mut quoted, mut start) = (Vec::new(), 0_i32, false, 0);
+    for (at, c) in set.char_indices() {
+        match c {
+            '\'' => quoted = !quoted,
+            '(' if !quoted => depth += 1,
+            ')' if !quoted => depth -= 1,
+            ',' if !quoted && depth == 0 => {
+                out.push(set[start..at].trim());
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(set[start..].trim());
+    out.retain(|a| !a.is_empty());
+    out
+}
+
+/// `set`'s assignments to the event table and to the queue table, as two SET lists.
+fn split_set(set: &str) -> (String, String) {
+    let (mut event, mut queue) = (Vec::new(), Vec::new());
+    for assignment in assignments(set) {
+        let column = assignment.split('=').next().unwrap_or("").trim();
+        if EVENT_COLUMNS.contains(&column) {
+            event.push(assignment);
+        }
+        if !EVENT_COLUMNS.contains(&column) || SHARED_COLUMNS.contains(&column) {
+            queue.push(assignment);
+        }
+    }
+    (event.join(", "), queue.join(", "))
+}
+
+/// Insert a default pending event (event type `witness.event`, no aggregate) and, when
+/// `queued`, its queue row (pending, max_attempts 3), then apply `set` to them; returns
+/// (id, event_id).
 async fn insert_row(
     conn: &mut PgConnection,
     label: &str,
     set: &str,
+    queued: bool,
 ) -> Result<(i64, uuid::Uuid), sqlx::Error> {
     let row = sqlx::query(
         "INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, \
-         event_version, payload, max_attempts) \
-         VALUES (gen_random_uuid(), $1, '\\x00', 'witness.event', 1, '{}', 3) \
+         event_version, payload) \
+         VALUES (gen_random_uuid(), $1, '\\x00', 'witness.event', 1, '{}') \
          RETURNING id, event_id",
     )
     .bind(label)
     .fetch_one(&mut *conn)
     .await?;
     let id: i64 = row.get(0);
-    if !set.trim().is_empty() {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "UPDATE outbox SET {set} WHERE id = $1"
+    if queued {
+        sqlx::query("INSERT INTO outbox_queue (id, max_attempts) VALUES ($1, 3)")
+            .bind(id)
+            .execute(&mut *conn)
+            .await?;
+    }
+    let (event_set, queue_set) = split_set(set);
+    for (table, set) in [("outbox", event_set), ("outbox_queue", queue_set)] {
+        if set.is_empty() {
+            continue;
+        }
+        let done = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE {table} SET {set} WHERE id = $1"
         )))
         .bind(id)
         .execute(&mut *conn)
         .await?;
+        assert_eq!(
+            done.rows_affected(),
+            1,
+            "`{label}`: {set} names the queue row of a delivered event"
+        );
     }
     Ok((id, row.get(1)))
 }
 
-async fn snapshot(conn: &mut PgConnection) -> BTreeMap<i64, String> {
-    sqlx::query_as::<_, (i64, String)>("SELECT id, to_jsonb(o)::text FROM outbox o ORDER BY id")
-        .fetch_all(&mut *conn)
-        .await
-        .expect("reading the outbox table")
-        .into_iter()
-        .collect()
+/// Every row of one table, as JSON by id.
+async fn rows_of(conn: &mut PgConnection, table: &str) -> BTreeMap<i64, String> {
+    sqlx::query_as::<_, (i64, String)>(sqlx::AssertSqlSafe(format!(
+        "SELECT id, to_jsonb(t)::text FROM {table} t ORDER BY id"
+    )))
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap_or_else(|e| panic!("reading {table}: {e}"))
+    .into_iter()
+    .collect()
+}
+
+/// The events and the queue rows.
+#[derive(Debug, Clone, PartialEq)]
+struct Snapshot {
+    events: BTreeMap<i64, String>,
+    queue: BTreeMap<i64, String>,
+}
+
+async fn snapshot(conn: &mut PgConnection) -> Snapshot {
+    Snapshot {
+        events: rows_of(conn, "outbox").await,
+        queue: rows_of(conn, "outbox_queue").await,
+    }
 }
 
 type Labels = BTreeMap<&'static str, (i64, uuid::Uuid)>;
 
-fn changes(
-    labels: &Labels,
-    before: &BTreeMap<i64, String>,
-    after: &BTreeMap<i64, String>,
-) -> Vec<Change> {
+fn changes(labels: &Labels, before: &Snapshot, after: &Snapshot) -> Vec<Change> {
     let mut out = Vec::new();
     for (label, (id, _)) in labels {
-        match (before.get(id), after.get(id)) {
-            (Some(_), None) => out.push(Change::Deleted(label)),
-            (Some(a), Some(b)) if a != b => out.push(Change::Updated(label)),
+        let event = (before.events.get(id), after.events.get(id));
+        let queue = (before.queue.get(id), after.queue.get(id));
+        match (event, queue) {
+            ((Some(_), None), _) => out.push(Change::Deleted(label)),
+            (_, (Some(_), None)) => out.push(Change::Dequeued(label)),
+            ((a, b), (c, d)) if a != b || c != d => out.push(Change::Updated(label)),
             _ => {}
         }
+    }
+    let added = |before: &BTreeMap<i64, String>, after: &BTreeMap<i64, String>| {
+        after.keys().filter(|id| !before.contains_key(id)).count()
+    };
+    for (name, count) in [
+        ("event", added(&before.events, &after.events)),
+        ("queue row", added(&before.queue, &after.queue)),
+    ] {
+        out.extend(std::iter::repeat_n(Change::Added(name), count));
     }
     out.sort();
     out
 }
 
+/// Run `sql` with the witness's parameters; returns the SQLSTATE when it fails.
 async fn execute(
     conn: &mut PgConnection,
     sql: &str,
     params: &[Param],
     labels: &Labels,
-) -> Result<(), String> {
+) -> Result<Option<String>, String> {
     let id_of = |label: &str| {
         labels.get(label).copied().ok_or_else(|| {
             format!("parameter names row `{label}`, which the witness does not set up")
@@ -192,16 +346,23 @@ async fn execute(
             Param::EventId(label) => query.bind(id_of(label)?.1),
             Param::NoEventId => query.bind(uuid::Uuid::nil()),
             Param::Int(v) => query.bind(*v),
+            Param::Int4(v) => query.bind(*v),
+            Param::Bytes(v) => query.bind(v.to_vec()),
+            Param::Json(v) => query.bind(
+                serde_json::from_str::<serde_json::Value>(v)
+                    .map_err(|e| format!("a JSON parameter does not parse: {e}"))?,
+            ),
+            Param::NullText => query.bind(None::<String>),
             Param::Ints(v) => query.bind(v.to_vec()),
             Param::Text(v) => query.bind(*v),
             Param::Bool(v) => query.bind(*v),
         };
     }
-    query
-        .execute(&mut *conn)
-        .await
-        .map(|_| ())
-        .map_err(|e| format!("running the statement failed: {e}"))
+    match query.execute(&mut *conn).await {
+        Ok(_) => Ok(None),
+        Err(sqlx::Error::Database(e)) => Ok(Some(e.code().unwrap_or_default().into_owned())),
+        Err(e) => Err(format!("running the statement failed: {e}")),
+    }
 }
 
 async fn raw(conn: &mut PgConnection, sql: &'static str) {
@@ -211,25 +372,21 @@ async fn raw(conn: &mut PgConnection, sql: &'static str) {
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
-/// Drop the CHECKs that tie `status` to `delivered_at` / `exhausted_at` (inside the witness's
-/// transaction, so the rollback brings them back).
+/// Drop the CHECK that ties the queue row's `status` to `exhausted_at` (inside the witness's
+/// transaction, so the rollback brings it back).
 async fn drop_status_checks(conn: &mut PgConnection) {
     let names: Vec<String> = sqlx::query_scalar(
         "SELECT conname::text FROM pg_constraint \
-         WHERE conrelid = 'outbox'::regclass AND contype = 'c' \
-           AND pg_get_constraintdef(oid) ~ '(delivered_at|exhausted_at)'",
+         WHERE conrelid = 'outbox_queue'::regclass AND contype = 'c' \
+           AND pg_get_constraintdef(oid) ~ 'exhausted_at'",
     )
     .fetch_all(&mut *conn)
     .await
     .expect("listing the CHECK constraints");
-    assert_eq!(
-        names.len(),
-        2,
-        "expected the two status CHECKs, found {names:?}"
-    );
+    assert_eq!(names.len(), 1, "expected the status CHECK, found {names:?}");
     for name in names {
         sqlx::query(sqlx::AssertSqlSafe(format!(
-            "ALTER TABLE outbox DROP CONSTRAINT {name}"
+            "ALTER TABLE outbox_queue DROP CONSTRAINT {name}"
         )))
         .execute(&mut *conn)
         .await
@@ -239,15 +396,44 @@ async fn drop_status_checks(conn: &mut PgConnection) {
 
 async fn set_up(conn: &mut PgConnection, witness: &Witness) -> Result<Labels, sqlx::Error> {
     let mut labels = Labels::new();
-    for (label, set) in &witness.rows {
-        labels.insert(label, insert_row(conn, label, set).await?);
+    for (label, set, queued) in &witness.rows {
+        labels.insert(label, insert_row(conn, label, set, *queued).await?);
     }
     Ok(labels)
 }
 
+/// Run `sql` in a savepoint that is rolled back, and say what it did.
+async fn outcome(
+    conn: &mut PgConnection,
+    sql: &str,
+    witness: &Witness,
+    labels: &Labels,
+) -> Result<Outcome, String> {
+    raw(conn, "SAVEPOINT witness").await;
+    let before = snapshot(conn).await;
+    let outcome = match execute(conn, sql, &witness.params, labels).await? {
+        Some(sqlstate) => Outcome::Failed(sqlstate),
+        None => Outcome::Changed(changes(labels, &before, &snapshot(conn).await)),
+    };
+    raw(conn, "ROLLBACK TO SAVEPOINT witness").await;
+    Ok(outcome)
+}
+
+fn sorted(outcome: &Outcome) -> Outcome {
+    match outcome {
+        Outcome::Changed(changes) => {
+            let mut changes = changes.clone();
+            changes.sort();
+            Outcome::Changed(changes)
+        }
+        failed => failed.clone(),
+    }
+}
+
 /// Play `witness` against `statement` (the rendered SQL, comment-free) and `mutant` (the same
-/// with the predicate replaced by `TRUE`). Everything happens in one transaction that is rolled
-/// back, so witnesses share a database without seeing each other. Returns what went wrong.
+/// with the predicate replaced by `TRUE`, or the clause by its replacement). Everything happens
+/// in one transaction that is rolled back, so witnesses share a database without seeing each
+/// other. Returns what went wrong.
 pub async fn play(
     conn: &mut PgConnection,
     witness: &Witness,
@@ -255,6 +441,9 @@ pub async fn play(
     mutant: &str,
 ) -> Result<(), String> {
     let mut tx = conn.begin().await.map_err(|e| e.to_string())?;
+    for sql in &witness.setup {
+        raw(&mut tx, sql).await;
+    }
     if witness.legality == Legality::ForbiddenBySchema {
         raw(&mut tx, "SAVEPOINT forbidden").await;
         match set_up(&mut tx, witness).await {
@@ -276,34 +465,26 @@ pub async fn play(
     let labels = set_up(&mut tx, witness)
         .await
         .map_err(|e| format!("setting up the rows failed: {e}"))?;
-    raw(&mut tx, "SAVEPOINT witness").await;
-    let before = snapshot(&mut tx).await;
-    execute(&mut tx, statement, &witness.params, &labels).await?;
-    let real = changes(&labels, &before, &snapshot(&mut tx).await);
-    raw(&mut tx, "ROLLBACK TO SAVEPOINT witness").await;
-    execute(&mut tx, mutant, &witness.params, &labels)
+    let real = outcome(&mut tx, statement, witness, &labels).await?;
+    let without = outcome(&mut tx, mutant, witness, &labels)
         .await
         .map_err(|e| format!("without the predicate: {e}"))?;
-    let without = changes(&labels, &before, &snapshot(&mut tx).await);
     tx.rollback().await.map_err(|e| e.to_string())?;
 
-    let mut expected_real = witness.real.clone();
-    expected_real.sort();
-    let mut expected_without = witness.without.clone();
-    expected_without.sort();
+    let (expected_real, expected_without) = (sorted(&witness.real), sorted(&witness.without));
     if real != expected_real {
         return Err(format!(
-            "the real statement changed {real:?}, the witness expects {expected_real:?}"
+            "the real statement did {real:?}, the witness expects {expected_real:?}"
         ));
     }
     if without != expected_without {
         return Err(format!(
-            "without the predicate the statement changed {without:?}, the witness expects {expected_without:?}"
+            "without the predicate the statement did {without:?}, the witness expects {expected_without:?}"
         ));
     }
     match (witness.implied, real == without) {
         (None, true) => Err(format!(
-            "the predicate does not decide here: both versions changed {real:?}"
+            "the predicate does not decide here: both versions did {real:?}"
         )),
         (Some(_), false) => Err("declared implied, but removing it changed the outcome".to_owned()),
         _ => Ok(()),

@@ -7,7 +7,8 @@
 //! Abstractions (each keeps every comparison the SQL can make):
 //! * Time is discrete. A row keeps, instead of timestamps, the ticks left until each one is
 //!   passed: `lease_left > 0` is `lease_until > now()`, `available_in == 0` is
-//!   `available_at <= now()`, `purge_in == 0` is `delivered_at < now() - retention`. A [`Action::Tick`]
+//!   `available_at <= now()`, `purge_in == 0` is `created_at < now() - retention` (the retention
+//!   counts from the enqueue: the event keeps no delivery time). A [`Action::Tick`]
 //!   moves them all one step, so the state space is finite while the clock runs forever.
 //! * Claim versions only ever grow and the guards only compare them for equality, so after each
 //!   step they are renumbered per row: the row's version becomes 2 (once it was claimed twice),
@@ -44,6 +45,9 @@ pub enum Mutation {
     ProducersWithoutLock,
     /// complete.sql without `lease_until > now()`.
     CompleteWithoutLease,
+    /// purge_delivered.sql without `NOT EXISTS (SELECT 1 FROM outbox_queue AS q WHERE q.id =
+    /// e.id)`: an event past the retention is purged whether or not it was delivered.
+    PurgeWithoutQueueCheck,
     /// No maintenance recovers expired leases (the liveness check must notice).
     NoRecovery,
 }
@@ -114,7 +118,9 @@ impl Config {
     }
 }
 
-/// The `status` column, plus the two states before a row is visible and its deletion.
+/// Where an event stands: its queue row's `status` (pending, processing, exhausted), Delivered
+/// for an event without a queue row, plus the two states before its rows are visible and its
+/// deletion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Status {
     /// Its transaction has not inserted it yet.
@@ -129,7 +135,7 @@ pub enum Status {
     Deleted,
 }
 
-/// One outbox row.
+/// One event: its event row and its queue row, as one (the queue row is gone once Delivered).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Row {
     pub status: Status,
@@ -246,13 +252,13 @@ impl Protocol {
         !matches!(row.status, Status::Absent | Status::Uncommitted)
     }
 
-    /// Open: `delivered_at IS NULL AND exhausted_at IS NULL` (pending or processing).
+    /// Open: a queue row with `exhausted_at IS NULL` (pending or processing).
     fn open(row: &Row) -> bool {
         matches!(row.status, Status::Pending | Status::Processing)
     }
 
-    /// claim_batch.sql candidates: `delivered_at IS NULL AND exhausted_at IS NULL AND
-    /// available_at <= now() AND status = 'pending'`; claim_batch_ordered.sql adds
+    /// claim_batch.sql candidates (queue rows): `exhausted_at IS NULL AND available_at <= now()
+    /// AND status = 'pending'`; claim_batch_ordered.sql adds
     /// `aggregate_id IS NULL OR NOT EXISTS (earlier open event of the aggregate)`.
     fn claimable(&self, state: &State, event: usize) -> bool {
         let row = &state.rows[event];
@@ -261,9 +267,10 @@ impl Protocol {
         candidate && (self.config.claiming == Claiming::Plain || self.no_earlier_open(state, event))
     }
 
-    /// `NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_type = o.aggregate_type AND
-    /// e.aggregate_id = o.aggregate_id AND e.id < o.id AND e.delivered_at IS NULL AND
-    /// e.exhausted_at IS NULL)`. (Every event of the model has an aggregate.)
+    /// `NOT EXISTS (SELECT 1 FROM outbox_queue e WHERE e.aggregate_type = o.aggregate_type AND
+    /// e.aggregate_id = o.aggregate_id AND e.id < o.id AND e.exhausted_at IS NULL)`: a delivered
+    /// event has no queue row, so only open ones block. (Every event of the model has an
+    /// aggregate.)
     fn no_earlier_open(&self, state: &State, event: usize) -> bool {
         let me = &state.rows[event];
         (0..state.rows.len()).all(|other| {
@@ -284,15 +291,20 @@ impl Protocol {
             && (!lease_checked || row.lease_left > 0)
     }
 
-    /// recover_expired.sql: `delivered_at IS NULL AND exhausted_at IS NULL AND status =
-    /// 'processing' AND lease_until <= now()`.
+    /// recover_expired.sql (queue rows): `exhausted_at IS NULL AND status = 'processing' AND
+    /// lease_until <= now()`.
     fn expired(row: &Row) -> bool {
         row.status == Status::Processing && row.lease_left == 0
     }
 
-    /// purge_delivered.sql: `delivered_at IS NOT NULL AND delivered_at < now() - retention`.
-    fn purgeable(row: &Row) -> bool {
-        row.status == Status::Delivered && row.purge_in == 0
+    /// purge_delivered.sql (events): `created_at < now() - retention AND NOT EXISTS (its queue
+    /// row)`.
+    fn purgeable(&self, row: &Row) -> bool {
+        let delivered = match self.config.mutation {
+            Mutation::PurgeWithoutQueueCheck => Self::visible(row) && row.status != Status::Deleted,
+            _ => row.status == Status::Delivered,
+        };
+        delivered && row.purge_in == 0
     }
 
     // ---- the specification's own notions, independent of the guards ----
@@ -345,8 +357,6 @@ impl Protocol {
             Status::Delivered
         };
         row.lease_left = 0;
-        // `delivered_at < now() - retention` holds once retention + 1 ticks have passed.
-        row.purge_in = self.config.retention + 1;
     }
 
     /// Apply a fenced statement's effect if its guard passes; record a stale effect if the
@@ -514,7 +524,7 @@ impl Model for Protocol {
             {
                 actions.push(Action::Recover(event));
             }
-            if Self::purgeable(row) {
+            if self.purgeable(row) {
                 actions.push(Action::Purge(event));
             }
         }
@@ -534,6 +544,10 @@ impl Model for Protocol {
                 row.status = Status::Uncommitted;
                 row.id = s.next_id;
                 s.next_id += 1;
+                // `created_at < now() - retention` holds once retention + 1 ticks have passed
+                // (created_at is the inserting transaction's now(): the retention counts from the
+                // enqueue, whenever the event is delivered).
+                row.purge_in = self.config.retention + 1;
             }
             Action::Commit(tx) => {
                 s.commits += 1;

@@ -54,16 +54,21 @@ pub async fn enqueue_notes(pool: &PgPool, prefix: &str, n: usize) -> Vec<uuid::U
     ids
 }
 
-/// Seed many rows of `status` directly with one INSERT (scaffolding for plan tests, where
-/// hundreds of thousands of rows are needed fast; the enqueue path has its own tests).
+/// Seed many events of `status` directly, each with its queue row unless `status` is
+/// `delivered` (an event without a queue row), in one statement (scaffolding for plan tests,
+/// where hundreds of thousands of rows are needed fast; the enqueue path has its own tests).
 pub async fn bulk_insert(pool: &PgPool, prefix: &str, n: i64, status: &str) {
     sqlx::query(
-        "INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload,
-                             status, delivered_at, exhausted_at, available_at)
-         SELECT gen_random_uuid(), $1 || '-' || g, '\\x00', 'note', 1, jsonb_build_object('n', g),
-                $3, CASE WHEN $3 = 'delivered' THEN now() END, CASE WHEN $3 = 'exhausted' THEN now() END,
-                now() - interval '1 second'
-         FROM generate_series(1, $2) AS g",
+        "WITH e AS (
+             INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload)
+             SELECT gen_random_uuid(), $1 || '-' || g, '\\x00', 'note', 1, jsonb_build_object('n', g)
+             FROM generate_series(1, $2) AS g
+             RETURNING id
+         )
+         INSERT INTO outbox_queue (id, status, exhausted_at, available_at)
+         SELECT id, $3, CASE WHEN $3 = 'exhausted' THEN now() END, now() - interval '1 second'
+         FROM e
+         WHERE $3 <> 'delivered'",
     )
     .bind(prefix)
     .bind(n)
@@ -73,35 +78,44 @@ pub async fn bulk_insert(pool: &PgPool, prefix: &str, n: i64, status: &str) {
     .unwrap();
 }
 
-/// One outbox row as the database records it.
+/// One event as the database records it: its status (`delivered` when it has no queue row)
+/// and its queue row's state, `None` for a delivered event (which keeps no delivery state).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RowState {
     pub id: i64,
     pub status: String,
-    pub claim_version: i64,
+    pub claim_version: Option<i64>,
     pub claimed_by: Option<String>,
-    pub attempts: i32,
-    pub lease_expiries: i32,
-    pub handler_failures: i32,
+    pub attempts: Option<i32>,
+    pub lease_expiries: Option<i32>,
+    pub handler_failures: Option<i32>,
     pub last_error: Option<String>,
     pub lease_live: Option<bool>,
 }
 
-/// The state of row `id` in `table`.
+/// The state of event `id` of the default table.
 pub async fn row_state(pool: &PgPool, id: i64) -> RowState {
     all_rows(pool)
         .await
         .into_iter()
         .find(|r| r.id == id)
-        .unwrap_or_else(|| panic!("no outbox row {id}"))
+        .unwrap_or_else(|| panic!("no outbox event {id}"))
 }
 
-/// Every row of the default table, by id.
+/// Every event of the default table with its queue row's state, by id. Fails when a queue row
+/// has no event: the enqueue inserts both or neither, and only the event's purge (after the
+/// queue row is gone) or the retention-zero completion (both at once) delete an event.
 pub async fn all_rows(pool: &PgPool) -> Vec<RowState> {
+    assert_eq!(
+        orphan_queue_rows(pool).await,
+        Vec::<i64>::new(),
+        "queue rows without their event"
+    );
     sqlx::query(
-        "SELECT id, status, claim_version, claimed_by, attempts, lease_expiries, handler_failures, last_error,
-                lease_until > now() AS lease_live
-         FROM outbox ORDER BY id",
+        "SELECT e.id, coalesce(q.status, 'delivered') AS status, q.claim_version, q.claimed_by,
+                q.attempts, q.lease_expiries, q.handler_failures, q.last_error,
+                q.lease_until > now() AS lease_live
+         FROM outbox e LEFT JOIN outbox_queue q ON q.id = e.id ORDER BY e.id",
     )
     .fetch_all(pool)
     .await
@@ -121,21 +135,43 @@ pub async fn all_rows(pool: &PgPool) -> Vec<RowState> {
     .collect()
 }
 
-/// Rows per status in the default table.
+/// Events per status in the default table (`delivered`: events without a queue row).
 pub async fn count_status(pool: &PgPool, status: &str) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = $1")
-        .bind(status)
-        .fetch_one(pool)
-        .await
-        .unwrap()
+    sqlx::query_scalar(
+        "SELECT count(*) FROM outbox e LEFT JOIN outbox_queue q ON q.id = e.id
+         WHERE coalesce(q.status, 'delivered') = $1",
+    )
+    .bind(status)
+    .fetch_one(pool)
+    .await
+    .unwrap()
 }
 
-/// Rows in the default table.
+/// Events in the default table (delivered or not).
 pub async fn count_rows(pool: &PgPool) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM outbox")
         .fetch_one(pool)
         .await
         .unwrap()
+}
+
+/// Queue rows in the default table's queue (the events not delivered).
+pub async fn count_queue_rows(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM outbox_queue")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// The ids of queue rows whose event is gone: there must never be one.
+pub async fn orphan_queue_rows(pool: &PgPool) -> Vec<i64> {
+    sqlx::query_scalar(
+        "SELECT q.id FROM outbox_queue q
+         WHERE NOT EXISTS (SELECT 1 FROM outbox e WHERE e.id = q.id) ORDER BY q.id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
 }
 
 /// Until backend `waiter` waits on a lock held by another backend (`holder` when given).

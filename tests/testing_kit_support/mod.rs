@@ -167,22 +167,37 @@ pub async fn apply_effect(
     tx.commit().await.map_err(HandlerError::retry)
 }
 
-/// A row of the outbox, for checking what the store recorded.
+/// An event and its delivery state, for checking what the store recorded. The state lives on
+/// the event's queue row, which the completion deletes: a delivered event reads `delivered`
+/// with every counter `None`.
 #[derive(Debug, sqlx::FromRow)]
 pub struct Row {
     pub status: String,
-    pub attempts: i32,
-    pub claim_version: i64,
-    pub lease_expiries: i32,
-    pub handler_failures: i32,
+    pub attempts: Option<i32>,
+    pub claim_version: Option<i64>,
+    pub lease_expiries: Option<i32>,
+    pub handler_failures: Option<i32>,
     pub last_error: Option<String>,
 }
 
 pub async fn row(pool: &PgPool, event_id: Uuid) -> Row {
     sqlx::query_as(
-        "SELECT status, attempts, claim_version, lease_expiries, handler_failures, last_error FROM outbox WHERE event_id = $1",
+        "SELECT coalesce(q.status, 'delivered') AS status, q.attempts, q.claim_version,
+                q.lease_expiries, q.handler_failures, q.last_error
+         FROM outbox e LEFT JOIN outbox_queue q ON q.id = e.id
+         WHERE e.event_id = $1",
     )
     .bind(event_id)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Delivered events of table `outbox`: those without a queue row.
+pub async fn delivered(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM outbox e WHERE NOT EXISTS (SELECT 1 FROM outbox_queue q WHERE q.id = e.id)",
+    )
     .fetch_one(pool)
     .await
     .unwrap()

@@ -105,18 +105,47 @@ pub async fn enqueue_steps(pool: &PgPool, accounts: usize, per_account: i64) {
     tx.commit().await.unwrap();
 }
 
-/// Rows of `status`.
-pub async fn count_status(pool: &PgPool, status: &str) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = $1")
-        .bind(status)
-        .fetch_one(pool)
-        .await
-        .unwrap()
+/// Insert `n` events of type `ping` with payload `{"n": 1..=n}` and operation keys
+/// `{key_prefix}-{n}` straight into `outbox` and `outbox_queue` (both rows, as the enqueue
+/// writes them), in one statement: many events fast, without the enqueue's checks.
+pub async fn insert_pings(pool: &PgPool, key_prefix: &str, n: i64) {
+    sqlx::query(
+        "WITH e AS (
+             INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload)
+             SELECT gen_random_uuid(), $2 || '-' || g, '\\x00', 'ping', 1, jsonb_build_object('n', g)
+             FROM generate_series(1, $1) AS g
+             RETURNING id, aggregate_type, aggregate_id
+         )
+         INSERT INTO outbox_queue (id, aggregate_type, aggregate_id) SELECT * FROM e",
+    )
+    .bind(n)
+    .bind(key_prefix)
+    .execute(pool)
+    .await
+    .unwrap();
 }
 
-/// Rows of `status` claimed by `worker`.
+/// Events of `status`: `delivered` is an event without a queue row, every other status is its
+/// queue row's.
+pub async fn count_status(pool: &PgPool, status: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM outbox AS e LEFT JOIN outbox_queue AS q ON q.id = e.id
+         WHERE coalesce(q.status, 'delivered') = $1",
+    )
+    .bind(status)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Queue rows of `status` claimed by `worker`. A delivered event has no queue row and so no
+/// claimant: [`delivered_by`] asks the receiver's log which claim delivered it.
 pub async fn count_claimed_by(pool: &PgPool, worker: &str, status: &str) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = $1 AND claimed_by = $2")
+    assert_ne!(
+        status, "delivered",
+        "a delivered event has no claimant: use delivered_by"
+    );
+    sqlx::query_scalar("SELECT count(*) FROM outbox_queue WHERE status = $1 AND claimed_by = $2")
         .bind(status)
         .bind(worker)
         .fetch_one(pool)
@@ -124,9 +153,50 @@ pub async fn count_claimed_by(pool: &PgPool, worker: &str, status: &str) -> i64 
         .unwrap()
 }
 
-/// One outbox row's state, by event id.
+/// Delivered events (no queue row) whose accepted delivery the receiver logged under a claim of
+/// `worker`.
+pub async fn delivered_by(pool: &PgPool, worker: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(DISTINCT e.id) FROM outbox AS e JOIN receiver_log AS l ON l.event_id = e.event_id
+         WHERE l.outcome = 'ok' AND l.claimed_by = $1
+           AND NOT EXISTS (SELECT 1 FROM outbox_queue AS q WHERE q.id = e.id)",
+    )
+    .bind(worker)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// One event and where it stands.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RowState {
+pub struct EventRow {
+    pub id: i64,
+    pub event_id: uuid::Uuid,
+    /// The queue row's status, or `delivered` when the event has none.
+    pub status: String,
+}
+
+/// Every event of `outbox`, by id (delivered ones until they are purged).
+pub async fn events(pool: &PgPool) -> Vec<EventRow> {
+    sqlx::query(
+        "SELECT e.id, e.event_id, coalesce(q.status, 'delivered') AS status
+         FROM outbox AS e LEFT JOIN outbox_queue AS q ON q.id = e.id ORDER BY e.id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| EventRow {
+        id: r.get("id"),
+        event_id: r.get("event_id"),
+        status: r.get("status"),
+    })
+    .collect()
+}
+
+/// The delivery state of one event that is not delivered: its queue row, with its event id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueRow {
     pub id: i64,
     pub event_id: uuid::Uuid,
     pub status: String,
@@ -140,18 +210,20 @@ pub struct RowState {
     pub available_in_secs: f64,
 }
 
-/// Every outbox row, by id.
-pub async fn rows(pool: &PgPool) -> Vec<RowState> {
+/// Every queue row, by id: the events that are not delivered. A delivered event keeps no
+/// state; what its delivering claim had, the receiver's log tells ([`Received`]).
+pub async fn queue_rows(pool: &PgPool) -> Vec<QueueRow> {
     sqlx::query(
-        "SELECT id, event_id, status, attempts, claim_version, claimed_by, lease_expiries, handler_failures, last_error,
-                extract(epoch FROM available_at - now())::float8 AS available_in
-         FROM outbox ORDER BY id",
+        "SELECT q.id, e.event_id, q.status, q.attempts, q.claim_version, q.claimed_by, q.lease_expiries,
+                q.handler_failures, q.last_error,
+                extract(epoch FROM q.available_at - now())::float8 AS available_in
+         FROM outbox_queue AS q JOIN outbox AS e ON e.id = q.id ORDER BY q.id",
     )
     .fetch_all(pool)
     .await
     .unwrap()
     .iter()
-    .map(|r| RowState {
+    .map(|r| QueueRow {
         id: r.get("id"),
         event_id: r.get("event_id"),
         status: r.get("status"),
@@ -177,12 +249,22 @@ pub struct Received {
     pub aggregate_id: Option<String>,
     pub aggregate_version: Option<i64>,
     pub outcome: String,
+    /// The fencing token of the claim that delivered it.
+    pub claim_version: i64,
+    /// The event's queue row in `outbox` as this delivery saw it (None when the event is not
+    /// in that table): a delivered event keeps no state, so what its delivering claim had is
+    /// read here.
+    pub claimed_by: Option<String>,
+    pub lease_expiries: Option<i32>,
+    pub handler_failures: Option<i32>,
+    pub last_error: Option<String>,
 }
 
 /// Everything the receiver logged, in arrival order.
 pub async fn received(pool: &PgPool) -> Vec<Received> {
     sqlx::query(
-        "SELECT seq, event_id, idempotency_key, attempt, worker, aggregate_id, aggregate_version, outcome
+        "SELECT seq, event_id, idempotency_key, attempt, worker, aggregate_id, aggregate_version, outcome,
+                claim_version, claimed_by, lease_expiries, handler_failures, last_error
          FROM receiver_log ORDER BY seq",
     )
     .fetch_all(pool)
@@ -198,8 +280,20 @@ pub async fn received(pool: &PgPool) -> Vec<Received> {
         aggregate_id: r.get("aggregate_id"),
         aggregate_version: r.get("aggregate_version"),
         outcome: r.get("outcome"),
+        claim_version: r.get("claim_version"),
+        claimed_by: r.get("claimed_by"),
+        lease_expiries: r.get("lease_expiries"),
+        handler_failures: r.get("handler_failures"),
+        last_error: r.get("last_error"),
     })
     .collect()
+}
+
+/// The accepted deliveries the receiver logged (outcome `ok`), in arrival order.
+pub async fn accepted(pool: &PgPool) -> Vec<Received> {
+    let mut log = received(pool).await;
+    log.retain(|r| r.outcome == "ok");
+    log
 }
 
 /// Effects the receiver kept (one per idempotency key).

@@ -28,6 +28,14 @@ CREATE TABLE IF NOT EXISTS receiver_log (
     aggregate_id      text,
     aggregate_version bigint,
     outcome           text        NOT NULL,
+    claim_version     bigint      NOT NULL,
+    -- The event's queue row in `outbox` as the delivery saw it (null when the event is not in
+    -- that table). A delivered event keeps no state, so a test asks here what the claim that
+    -- delivered it had: its worker, leases that ran out before, failures recorded before.
+    claimed_by        text,
+    lease_expiries    integer,
+    handler_failures  integer,
+    last_error        text,
     received_at       timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE TABLE IF NOT EXISTS receiver_effects (
@@ -43,8 +51,10 @@ CREATE TABLE IF NOT EXISTS worker_events (
     at      timestamptz NOT NULL DEFAULT clock_timestamp()
 )";
 
-const LOG: &str = "INSERT INTO receiver_log (event_id, idempotency_key, event_type, attempt, worker, aggregate_id, aggregate_version, outcome)
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+const LOG: &str = "INSERT INTO receiver_log (event_id, idempotency_key, event_type, attempt, worker, aggregate_id, aggregate_version, outcome,
+                                          claim_version, claimed_by, lease_expiries, handler_failures, last_error)
+                   SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, q.claimed_by, q.lease_expiries, q.handler_failures, q.last_error
+                   FROM (SELECT $10::bigint AS id) AS e LEFT JOIN outbox_queue AS q ON q.id = e.id";
 const EFFECT: &str =
     "INSERT INTO receiver_effects (idempotency_key, event_id, worker) VALUES ($1, $2, $3)
                       ON CONFLICT (idempotency_key) DO NOTHING";
@@ -118,6 +128,8 @@ impl Receiver {
             .bind(&event.aggregate_id)
             .bind(event.aggregate_version)
             .bind(outcome)
+            .bind(event.claim_version)
+            .bind(event.id)
             .execute(&self.pool)
             .await
             .map(|_| ())
