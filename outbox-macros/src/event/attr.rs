@@ -9,7 +9,7 @@ use syn::{Attribute, LitInt, LitStr, Path};
 use crate::attr::{Attr, Spanned};
 use crate::ctxt::Ctxt;
 use crate::event_name;
-use crate::sql_ident::is_safe_identifier;
+use crate::sql_ident::check_table_name;
 use crate::symbol::*;
 
 /// `#[outbox(...)]` on the event type.
@@ -59,17 +59,9 @@ impl Container {
                     version.set(&meta.path, lit.base10_parse::<u32>().unwrap_or(0));
                 } else if meta.path == TABLE {
                     let lit: LitStr = meta.value()?.parse()?;
-                    if is_safe_identifier(&lit.value()) {
-                        table.set(&meta.path, lit.value());
-                    } else {
-                        cx.error_spanned_by(
-                            &lit,
-                            format!(
-                                "`{}` is not a safe outbox table name: use 1 to 63 lowercase ASCII letters, digits and underscores, \
-                                 starting with a letter or underscore (for example `table = \"billing_outbox\"`)",
-                                lit.value()
-                            ),
-                        );
+                    match check_table_name(&lit.value()) {
+                        Ok(()) => table.set(&meta.path, lit.value()),
+                        Err(problem) => cx.error_spanned_by(&lit, problem.message(&lit.value())),
                     }
                 } else if meta.path == AGGREGATE {
                     let lit: LitStr = meta.value()?.parse()?;
