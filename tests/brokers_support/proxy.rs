@@ -33,6 +33,8 @@ struct Control {
     generation: watch::Sender<u64>,
     /// true while the broker's answers are held back.
     replies_held: watch::Sender<bool>,
+    /// true while a cut that fell keeps its connection open (see [`Proxy::hold_cut`]).
+    cut_held: watch::Sender<bool>,
     /// Messages that may still pass before the cut; [`DISARMED`] when no cut is armed.
     messages_left: AtomicI64,
     framing: Box<dyn Fn() -> Box<dyn Framing> + Send + Sync>,
@@ -66,6 +68,7 @@ impl Proxy {
             upstream,
             generation: watch::Sender::new(0),
             replies_held: watch::Sender::new(false),
+            cut_held: watch::Sender::new(false),
             messages_left: AtomicI64::new(DISARMED),
             framing: Box::new(framing),
             cuts: AtomicUsize::new(0),
@@ -118,6 +121,20 @@ impl Proxy {
             .store(i64::try_from(n).unwrap(), Ordering::SeqCst);
     }
 
+    /// Make the next cut wait: when it falls, every message before it has been forwarded and
+    /// nothing after it is, but the connection stays open until [`Proxy::release_cut`]. A test
+    /// can then see the broker act on the messages before the cut, and only then end the
+    /// connection: a broker that finds its connection closed may drop frames it received and
+    /// had not processed yet, which would make "the broker got the first n" a race.
+    pub fn hold_cut(&self) {
+        self.control.cut_held.send_replace(true);
+    }
+
+    /// Close the connection a held cut kept open.
+    pub fn release_cut(&self) {
+        self.control.cut_held.send_replace(false);
+    }
+
     /// Hold back everything the broker sends (its confirms, its acknowledgements) while still
     /// forwarding what the client sends: the broker acts, the client never hears of it.
     pub fn hold_replies(&self) {
@@ -155,6 +172,7 @@ impl Drop for Proxy {
     fn drop(&mut self) {
         self.down();
         self.release_replies();
+        self.release_cut();
     }
 }
 
@@ -225,6 +243,7 @@ async fn to_server(
         }
         if cut {
             let _ = to.flush().await;
+            let _ = control.cut_held.subscribe().wait_for(|held| !*held).await;
             return true;
         }
     }
