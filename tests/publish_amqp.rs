@@ -505,9 +505,9 @@ async fn broker_down_then_up_loses_nothing() {
 /// the publisher has no confirm, so all twenty are retried, and the retry sends the first
 /// eight a second time under the same message ids. The ledger applies each event once.
 ///
-/// The cut is held open until the broker shows the eight messages routed: RabbitMQ can drop
-/// publishes it had received but not yet processed when it finds the connection closed (seen
-/// in a CI run: the eight never all arrived), so the connection ends only once the eight are in.
+/// The cut is held open until the broker shows the eight messages routed, and only then closed:
+/// in one CI run the eight never all arrived when the connection closed right after the eighth
+/// publish (most likely RabbitMQ dropping publishes it had received but not yet processed).
 #[tokio::test]
 async fn a_connection_killed_mid_batch_loses_nothing_and_the_inbox_drops_the_duplicates() {
     let db = TestDatabase::new().await;

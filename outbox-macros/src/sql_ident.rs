@@ -8,8 +8,10 @@ const QUEUE_SUFFIX: &str = "_queue";
 
 /// The longest name the toolkit can create a table for: the longest index name derived from it
 /// (`{table}_queue_aggregate_idx`) must fit PostgreSQL's 63-byte identifier limit, which would
-/// otherwise truncate two index names into one.
-pub(crate) const MAX_TABLE_NAME_LEN: usize = 63 - "_queue_aggregate_idx".len();
+/// otherwise truncate two index names into one. The runtime computes the same bound
+/// (`store::sql::LONGEST_INDEX_SUFFIX`); both sides' tests pin it at 43, so a change to one
+/// fails until the other follows (this crate cannot depend on the runtime, which re-exports it).
+const MAX_TABLE_NAME_LEN: usize = 63 - "_queue_aggregate_idx".len();
 
 /// Why a table name is refused: each variant's message says what to do instead.
 #[derive(Debug, PartialEq, Eq)]
