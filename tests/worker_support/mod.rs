@@ -428,6 +428,9 @@ pub struct WorkerProcess {
     pub name: String,
     child: Child,
     output: Arc<Mutex<Vec<String>>>,
+    /// The thread that copies stdout into `output`; it ends at end of file, after the
+    /// process's last line.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl WorkerProcess {
@@ -449,7 +452,7 @@ impl WorkerProcess {
         let output = Arc::new(Mutex::new(Vec::new()));
         let stdout = child.stdout.take().expect("piped stdout");
         let sink = Arc::clone(&output);
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 sink.lock().unwrap().push(line);
             }
@@ -458,6 +461,7 @@ impl WorkerProcess {
             name: name.to_owned(),
             child,
             output,
+            reader: Some(reader),
         }
     }
 
@@ -477,6 +481,10 @@ impl WorkerProcess {
     }
 
     /// Wait for the process to exit (up to `timeout`); returns whether it exited successfully.
+    ///
+    /// Returns only once everything the process printed is in [`Self::output`]: the exit can
+    /// be seen before the reader thread has copied the last lines (the report a graceful
+    /// shutdown prints), and a caller reading `reported` right after must find them.
     pub async fn wait_exit(&mut self, timeout: Duration) -> bool {
         let start = Instant::now();
         loop {
@@ -485,6 +493,17 @@ impl WorkerProcess {
                 .try_wait()
                 .expect("waiting on the worker process")
             {
+                while self.reader.as_ref().is_some_and(|r| !r.is_finished()) {
+                    assert!(
+                        start.elapsed() < timeout,
+                        "worker process {} exited but its stdout did not end within {timeout:?}",
+                        self.name
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                if let Some(reader) = self.reader.take() {
+                    reader.join().expect("the stdout reader thread panicked");
+                }
                 return status.success();
             }
             assert!(
