@@ -699,6 +699,70 @@ async fn open_sessions(pool: &sqlx::PgPool, worker: &str) -> i64 {
     .unwrap()
 }
 
+/// Sessions of the worker named `worker` open for `role` (`claimer`, `completer`, ...).
+async fn role_sessions(pool: &sqlx::PgPool, role: &str, worker: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND application_name = 'outbox-' || $1 || ' ' || $2",
+    )
+    .bind(role)
+    .bind(worker)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// `start` returns with the claimer's and the completer's first sessions open (opened together
+/// with the contract check): neither the first claim nor the first completion waits for a
+/// connection, which with TLS is a handshake each. Before, the completer's first session was
+/// opened by the first completion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_returns_with_the_claimer_and_the_completer_sessions_open() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    let receiver = Receiver::new(pool.clone(), "w", Knobs::default());
+    let worker = Worker::builder(pool.clone(), receiver)
+        .name("warm")
+        .maintenance(false)
+        .start()
+        .await
+        .unwrap();
+    // Nothing is enqueued: no completion has run, so only the start can have opened these.
+    assert_eq!(role_sessions(&pool, "claimer", "warm").await, 1);
+    assert_eq!(role_sessions(&pool, "completer", "warm").await, 1);
+    assert_eq!(worker.counters().delivered, 0);
+    worker.shutdown().await;
+}
+
+/// A start the contract check refuses closes the sessions it opened beside the check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_start_leaves_no_session_open() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    // A registry row no binary can match: the start-up check refuses every worker.
+    sqlx::query(
+        "INSERT INTO outbox_contracts (event_type, event_version, fingerprint, type_name, table_name, shape) \
+         VALUES ('not a valid name', 1, repeat('a', 64), 't', 'outbox', '{}')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let receiver = Receiver::new(pool.clone(), "w", Knobs::default());
+    let refused = Worker::builder(pool.clone(), receiver)
+        .name("refused")
+        .start()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, outbox_runtime::Error::ContractMismatch(_)),
+        "{refused}"
+    );
+    wait_until(WAIT, "the refused worker's sessions closed", || async {
+        open_sessions(&pool, "refused").await == 0
+    })
+    .await;
+}
+
 /// Dropping the handle starts the same shutdown in the background: the worker's sessions
 /// (claimer, renewer, completer, listener, maintenance) all close, with no one left to call
 /// `shutdown`.

@@ -165,7 +165,6 @@ impl Worker {
         // Before anything is claimed: a sink call that can outlast the lease would let a second
         // worker deliver the same event while the first call still runs.
         self.sink.check_lease(self.config.lease)?;
-        crate::generate::verify_database_contracts(&self.pool).await?;
         let table = self.config.table.as_str();
         let store = |pool: &PgPool| {
             if table == DEFAULT_TABLE {
@@ -174,16 +173,32 @@ impl Worker {
                 Store::for_table(pool.clone(), table)
             }
         };
+        // The pools are lazy: nothing is connected yet, so a refused table name leaks nothing.
         let sessions = Sessions::open(&self.pool, &self.config.name);
-        // The claimer's session is opened now: the first claim runs at once on a ready session
-        // (as it did on the service's warm pool), before the listener's first wake-up.
-        drop(sessions.claimer.acquire().await?);
+        let (claim_store, outcome_store, renew_store, maintenance_store) = (
+            store(&sessions.claimer)?,
+            store(&sessions.completer)?,
+            store(&sessions.renewer)?,
+            store(&sessions.maintenance)?,
+        );
+        // The contract check and the first sessions of the claimer and the completer, at once:
+        // the first claim and the first completion then run on ready sessions, and the start
+        // waits for one connection, not for three in turn (see `Sessions::warm`). A refused
+        // start closes what it opened.
+        let (checked, warmed) = tokio::join!(
+            crate::generate::verify_database_contracts(&self.pool),
+            sessions.warm(),
+        );
+        if let Err(e) = checked.and(warmed) {
+            sessions.close().await;
+            return Err(e);
+        }
         let shared = Arc::new(Shared {
             counters: Counters::new(&self.config.table),
-            claim_store: store(&sessions.claimer)?,
-            outcome_store: store(&sessions.completer)?,
-            renew_store: store(&sessions.renewer)?,
-            maintenance_store: store(&sessions.maintenance)?,
+            claim_store,
+            outcome_store,
+            renew_store,
+            maintenance_store,
             sessions,
             sink: self.sink,
             config: self.config,

@@ -113,6 +113,19 @@ impl Sessions {
         }
     }
 
+    /// Open the first session of the claimer and of the completer, concurrently, and keep them
+    /// in their pools: the first claim and the first completion then do not wait for a
+    /// connection. Opening a session is a full connection, with a TLS handshake where the
+    /// server offers TLS (about 90 ms each on this machine's loopback, `docs/benchmarks.md`);
+    /// opened one after the other, as the first claim and the first completion needed them,
+    /// two of those stood in front of the first delivered event.
+    pub(crate) async fn warm(&self) -> crate::error::Result<()> {
+        let (claimer, completer) = tokio::join!(self.claimer.acquire(), self.completer.acquire());
+        drop(claimer?);
+        drop(completer?);
+        Ok(())
+    }
+
     /// Connect options for a session of `role` opened outside these pools (the LISTEN session,
     /// the maintenance leader's lock).
     pub(crate) fn connect_options(&self, role: SessionRole) -> PgConnectOptions {
