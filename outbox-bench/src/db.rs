@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
 use sqlx::{ConnectOptions, Connection, PgPool};
 
 use crate::BenchResult;
@@ -26,7 +26,9 @@ const VACUUM_ANALYZE: &str = "VACUUM ANALYZE";
 const CHECKPOINT: &str = "CHECKPOINT";
 /// Events pending or processing: the open queue rows (the queue's open index covers this).
 const UNFINISHED: &str = "SELECT count(*) FROM outbox_queue WHERE exhausted_at IS NULL";
-const SERVER_VERSION: &str = "SELECT current_setting('server_version')";
+/// The server's version and whether this session runs over TLS (printed in the table's header).
+const SERVER_VERSION: &str = "SELECT current_setting('server_version') \
+    || CASE WHEN (SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()) THEN ', TLS' ELSE ', no TLS' END";
 
 /// A connection pool on the benchmark database.
 #[derive(Debug, Clone)]
@@ -40,6 +42,15 @@ impl BenchDb {
     /// ceiling's table. `pool_size` connections at most.
     pub async fn recreate(pool_size: u32) -> BenchResult<BenchDb> {
         let admin = outbox_runtime::testing::server_options().await;
+        // The peer harness runs every client without TLS (its run.sh exports
+        // PGSSLMODE=disable); so does this program unless PGSSLMODE says otherwise. With TLS
+        // every new session costs a handshake (about 90 ms each on this machine's loopback),
+        // which the worker pays inside the timed drain and the ceiling's warm pool does not.
+        let admin = if std::env::var_os("PGSSLMODE").is_none() {
+            admin.ssl_mode(PgSslMode::Disable)
+        } else {
+            admin
+        };
         let mut conn = admin.connect().await?;
         sqlx::query(DROP_DATABASE).execute(&mut conn).await?;
         sqlx::query(CREATE_DATABASE).execute(&mut conn).await?;
@@ -116,7 +127,7 @@ impl BenchDb {
         }
     }
 
-    /// The server's version string.
+    /// The server's version string and the transport (`, TLS` or `, no TLS`).
     pub async fn server_version(&self) -> BenchResult<String> {
         Ok(sqlx::query_scalar(SERVER_VERSION)
             .fetch_one(&self.pool)

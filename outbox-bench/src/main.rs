@@ -8,7 +8,9 @@
 //! ```
 //!
 //! It drops and recreates the database `outbox_bench` on the server that `DATABASE_URL` names
-//! (else postgres@127.0.0.1:5432), applies the outbox migrations, and runs:
+//! (else postgres@127.0.0.1:5432), without TLS unless `PGSSLMODE` asks for it (as the peer
+//! harness connects; the table's header names the transport), applies the outbox migrations,
+//! and runs:
 //! - `ceiling`: the minimal SKIP LOCKED outbox by hand (2 tasks, claim 100, complete in one
 //!   statement), completing by DELETE and by UPDATE;
 //! - `drain`: N events pre-inserted with the typed enqueue, delivered by the worker to a no-op
