@@ -10,7 +10,7 @@
 //!
 //! Every pool is built from the service's pool: its connect options (host, credentials, TLS,
 //! search_path) and pool options (timeouts, `after_connect`), with the role's size and no idle
-//! minimum. The claimer's and the completer's first sessions open at start ([`Sessions::warm`]);
+//! minimum. The claimer's and the completer's first sessions open at start (`Sessions::warm`);
 //! the rest are lazy: a role that never runs (maintenance off, a non-leader) opens no session
 //! for its statements. They close when the worker stops.
 
