@@ -7,7 +7,7 @@ mod worker_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_runtime::worker::{Worker, WorkerEvent};
+use outbox_runtime::worker::{SessionRole, Worker, WorkerEvent, application_name};
 use tokio::sync::Semaphore;
 use worker_support::receiver::{Knobs, Receiver};
 use worker_support::*;
@@ -687,29 +687,26 @@ async fn outbox_tables_in_two_schemas_each_get_their_own_maintenance_leader() {
     }
 }
 
-/// Sessions of the worker named `worker` open in the test's database.
-async fn open_sessions(pool: &sqlx::PgPool, worker: &str) -> i64 {
+/// Sessions open in the test's database whose `application_name` matches the LIKE `pattern`.
+async fn sessions_like(pool: &sqlx::PgPool, pattern: &str) -> i64 {
     sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity
-         WHERE datname = current_database() AND application_name LIKE 'outbox-% ' || $1",
+         WHERE datname = current_database() AND application_name LIKE $1",
     )
-    .bind(worker)
+    .bind(pattern)
     .fetch_one(pool)
     .await
     .unwrap()
 }
 
-/// Sessions of the worker named `worker` open for `role` (`claimer`, `completer`, ...).
-async fn role_sessions(pool: &sqlx::PgPool, role: &str, worker: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity
-         WHERE datname = current_database() AND application_name = 'outbox-' || $1 || ' ' || $2",
-    )
-    .bind(role)
-    .bind(worker)
-    .fetch_one(pool)
-    .await
-    .unwrap()
+/// Sessions of the worker named `worker` open in the test's database, whatever their role.
+async fn open_sessions(pool: &sqlx::PgPool, worker: &str) -> i64 {
+    sessions_like(pool, &format!("outbox-% {worker}")).await
+}
+
+/// Sessions of the worker named `worker` open for `role`.
+async fn role_sessions(pool: &sqlx::PgPool, role: SessionRole, worker: &str) -> i64 {
+    sessions_like(pool, &application_name(role, worker)).await
 }
 
 /// `start` returns with the claimer's and the completer's first sessions open (opened together
@@ -728,8 +725,11 @@ async fn start_returns_with_the_claimer_and_the_completer_sessions_open() {
         .await
         .unwrap();
     // Nothing is enqueued: no completion has run, so only the start can have opened these.
-    assert_eq!(role_sessions(&pool, "claimer", "warm").await, 1);
-    assert_eq!(role_sessions(&pool, "completer", "warm").await, 1);
+    assert_eq!(role_sessions(&pool, SessionRole::Claimer, "warm").await, 1);
+    assert_eq!(
+        role_sessions(&pool, SessionRole::Completer, "warm").await,
+        1
+    );
     assert_eq!(worker.counters().delivered, 0);
     worker.shutdown().await;
 }

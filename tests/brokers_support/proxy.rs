@@ -123,10 +123,10 @@ impl Proxy {
 
     /// Until [`Proxy::release_cut`], a cut that falls keeps its connection open: every message
     /// before it has been forwarded and nothing after it is, and the connection ends at the
-    /// release. A test
-    /// can then see the broker act on the messages before the cut, and only then end the
-    /// connection: a broker that finds its connection closed may drop frames it received and
-    /// had not processed yet, which would make "the broker got the first n" a race.
+    /// release. A test can then see the broker act on the messages before the cut, and only
+    /// then end the connection: a broker that finds its connection closed may drop frames it
+    /// received and had not processed yet, which would make "the broker got the first n" a
+    /// race.
     pub fn hold_cut(&self) {
         self.control.cut_held.send_replace(true);
     }
