@@ -95,6 +95,7 @@ pub async fn run_amqp(
         secs,
         rate: n as f64 / secs,
         handled: stored,
+        cpu: None,
     })
 }
 
@@ -169,5 +170,6 @@ pub async fn run_kafka(
         secs,
         rate: n as f64 / secs,
         handled: stored,
+        cpu: None,
     })
 }

@@ -11,6 +11,7 @@ use outbox_runtime::{Event, Sink};
 
 use crate::BenchResult;
 use crate::ceiling::{self, Completion};
+use crate::cpu::{CpuSample, CpuSplit};
 use crate::db::BenchDb;
 use crate::event::PayloadShape;
 use crate::sink::CountingSink;
@@ -201,6 +202,8 @@ pub struct Drained {
     pub rate: f64,
     /// Handler calls (more than N means redeliveries).
     pub handled: i64,
+    /// The CPU this process and the rest of the machine spent on the drain, where measured.
+    pub cpu: Option<CpuSplit>,
 }
 
 /// One outbox drain of `n` events with `setting`.
@@ -230,6 +233,7 @@ pub async fn run_outbox_in_spans(
     db.settle().await?;
     let sink = Arc::new(CountingSink::counting());
     // The timer includes worker start-up (contract check, LISTEN), as in the peer harness.
+    let cpu = CpuSample::now();
     let started = Instant::now();
     let handles = setting.start(db, &sink).await?;
     let deadline = started + DRAIN_TIMEOUT;
@@ -240,6 +244,7 @@ pub async fn run_outbox_in_spans(
         .wait_drained(deadline.saturating_duration_since(Instant::now()))
         .await?;
     let secs = started.elapsed().as_secs_f64();
+    let cpu = cpu.and_then(CpuSample::since);
     stop(handles).await;
     if !drained {
         return Err(format!(
@@ -252,6 +257,7 @@ pub async fn run_outbox_in_spans(
         secs,
         rate: n as f64 / secs,
         handled: sink.delivered(),
+        cpu,
     })
 }
 
@@ -260,7 +266,9 @@ pub async fn run_ceiling(db: &BenchDb, n: i64, completion: Completion) -> BenchR
     db.truncate_outboxes().await?;
     ceiling::prefill(db.pool(), n).await?;
     db.settle().await?;
+    let cpu = CpuSample::now();
     let (secs, handled) = ceiling::drain(db.pool(), 2, 100, completion).await?;
+    let cpu = cpu.and_then(CpuSample::since);
     if handled != n {
         return Err(format!("the ceiling handled {handled} events, expected {n}").into());
     }
@@ -268,6 +276,7 @@ pub async fn run_ceiling(db: &BenchDb, n: i64, completion: Completion) -> BenchR
         secs,
         rate: n as f64 / secs,
         handled,
+        cpu,
     })
 }
 

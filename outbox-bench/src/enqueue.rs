@@ -5,6 +5,9 @@
 //! the cost of that write: the typed enqueue with and without its wake-up notification, a
 //! hand-written `INSERT` of exactly the rows the typed enqueue writes (the event and its queue
 //! row: the same columns and values, computed the same way), and the ceiling's minimal insert.
+//! One more variant writes nothing and only adds a round trip (`SELECT 1`): the floor of any
+//! event write that is a statement of its own. Each run also counts the WAL the variant wrote
+//! per transaction, the server's side of the cost.
 
 use std::time::Instant;
 
@@ -43,8 +46,9 @@ pub enum Variant {
     /// on a connection of its own).
     TypedWaker,
     /// The API a user reaches for first: a `Producer` transaction (`tx.enqueue`, then
-    /// `tx.commit()`, which wakes the workers after the commit), on a pool with one connection
-    /// more than clients, for the wake-ups.
+    /// `tx.commit()`, which wakes the workers after the commit): one producer shared by the
+    /// clients, as a service keeps one, on a pool with one connection more than clients, for
+    /// the wake-ups.
     Producer,
     /// `OrderStep::enqueue_with`, `notify: false`: an event with an aggregate id, a different
     /// aggregate in every transaction, so the per-aggregate producer lock is taken (one more
@@ -53,6 +57,9 @@ pub enum Variant {
     /// Like `TypedAggregate`, but every transaction writes an event of the SAME aggregate: the
     /// producers take turns (each holds the aggregate's lock from its enqueue to its commit).
     TypedOneAggregate,
+    /// No write, one more round trip (`SELECT 1`): what a statement of its own costs the
+    /// business transaction before it writes anything.
+    ExtraRoundTrip,
     /// A hand-written INSERT of the same outbox rows.
     RawSameRow,
     /// The ceiling's minimal insert (payload only).
@@ -61,7 +68,7 @@ pub enum Variant {
 
 impl Variant {
     /// Every variant, in the order they run.
-    pub const ALL: [Variant; 9] = [
+    pub const ALL: [Variant; 10] = [
         Variant::Baseline,
         Variant::TypedNotify,
         Variant::TypedQuiet,
@@ -69,6 +76,7 @@ impl Variant {
         Variant::Producer,
         Variant::TypedAggregate,
         Variant::TypedOneAggregate,
+        Variant::ExtraRoundTrip,
         Variant::RawSameRow,
         Variant::CeilingInsert,
     ];
@@ -83,6 +91,7 @@ impl Variant {
             Variant::Producer => "Producer transaction (wakes after commit)",
             Variant::TypedAggregate => "typed enqueue, no notify, aggregate id (lock, no wait)",
             Variant::TypedOneAggregate => "typed enqueue, no notify, one aggregate for all",
+            Variant::ExtraRoundTrip => "no write, one more round trip (SELECT 1)",
             Variant::RawSameRow => "raw INSERT of the same rows",
             Variant::CeilingInsert => "ceiling INSERT (payload only)",
         }
@@ -97,6 +106,9 @@ impl Variant {
         let key = format!("pay-{id}");
         match self {
             Variant::Baseline => {}
+            Variant::ExtraRoundTrip => {
+                sqlx::query(ROUND_TRIP).execute(&mut **tx).await?;
+            }
             Variant::TypedNotify => {
                 shape
                     .event(id)
@@ -149,21 +161,42 @@ impl Variant {
 
     /// Rows this variant leaves in the outbox tables after `n` transactions.
     fn expected_rows(self, n: i64) -> i64 {
-        if self == Variant::Baseline { 0 } else { n }
+        if matches!(self, Variant::Baseline | Variant::ExtraRoundTrip) {
+            0
+        } else {
+            n
+        }
     }
+}
+
+/// The statement of [`Variant::ExtraRoundTrip`].
+const ROUND_TRIP: &str = "SELECT 1";
+
+/// Where the server's write-ahead log ends now, in bytes.
+const WAL_POSITION: &str = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8";
+
+/// What one run of a variant measured.
+#[derive(Debug, Clone, Copy)]
+pub struct EnqueueRun {
+    /// Business transactions per second.
+    pub rate: f64,
+    /// WAL bytes written per business transaction (everything the server logged during the
+    /// run, divided by the transactions: the variant's rows, the business row, commits, and
+    /// a `Waker`'s notifications).
+    pub wal_per_tx: f64,
 }
 
 const COUNT_EVENTS: &str =
     "SELECT (SELECT count(*) FROM outbox) + (SELECT count(*) FROM ceiling_outbox)";
 
-/// Run `n` transactions of `variant` over `clients` connections; returns transactions/second.
+/// Run `n` transactions of `variant` over `clients` connections.
 pub async fn run(
     db: &BenchDb,
     variant: Variant,
     n: i64,
     clients: usize,
     shape: &PayloadShape,
-) -> BenchResult<f64> {
+) -> BenchResult<EnqueueRun> {
     db.truncate_outboxes().await?;
     db.recreate_orders(n).await?;
     db.settle().await?;
@@ -174,19 +207,37 @@ pub async fn run(
         Variant::TypedWaker => Some(Waker::new(db.pool().clone(), OrderPaid::TABLE)?),
         _ => None,
     };
+    // One producer for every client, as a service keeps one (each producer has a waker of
+    // its own, so one per client would send a notification stream each).
+    let producer = (variant == Variant::Producer).then(|| Producer::new(pool.clone()));
+    let wal_before: f64 = sqlx::query_scalar(WAL_POSITION)
+        .fetch_one(db.pool())
+        .await?;
     let started = Instant::now();
     let mut joins = Vec::with_capacity(clients);
     for client in 0..clients {
-        let (pool, shape, waker) = (pool.clone(), shape.clone(), waker.clone());
+        let writer = match &producer {
+            Some(producer) => Writer::Producer(producer.clone()),
+            None => Writer::Transaction {
+                pool: pool.clone(),
+                variant,
+                waker: waker.clone(),
+            },
+        };
+        let shape = shape.clone();
         joins.push(tokio::spawn(async move {
-            client_loop(pool, variant, client, clients, n, shape, waker).await
+            client_loop(writer, client, clients, n, shape).await
         }));
     }
     for join in joins {
         join.await??;
     }
     let secs = started.elapsed().as_secs_f64();
+    drop(producer);
     pool.close().await;
+    let wal_after: f64 = sqlx::query_scalar(WAL_POSITION)
+        .fetch_one(db.pool())
+        .await?;
     let rows: i64 = sqlx::query_scalar(COUNT_EVENTS)
         .fetch_one(db.pool())
         .await?;
@@ -198,32 +249,51 @@ pub async fn run(
         )
         .into());
     }
-    Ok(n as f64 / secs)
+    Ok(EnqueueRun {
+        rate: n as f64 / secs,
+        wal_per_tx: (wal_after - wal_before) / n as f64,
+    })
+}
+
+/// How a client writes its business transactions.
+enum Writer {
+    /// Through the producer's transactions.
+    Producer(Producer),
+    /// On plain sqlx transactions of `pool`, writing what `variant` writes, then waking `waker`.
+    Transaction {
+        pool: PgPool,
+        variant: Variant,
+        waker: Option<Waker>,
+    },
 }
 
 /// Client `k` of `clients` runs ids k+1, k+1+clients, ... (strided: no two clients touch a row).
 async fn client_loop(
-    pool: PgPool,
-    variant: Variant,
+    writer: Writer,
     client: usize,
     clients: usize,
     n: i64,
     shape: PayloadShape,
-    waker: Option<Waker>,
 ) -> BenchResult<()> {
-    if variant == Variant::Producer {
-        let producer = Producer::new(pool);
-        for id in (client as i64 + 1..=n).step_by(clients) {
-            let mut tx = producer.begin().await?;
-            sqlx::query(ORDERS_UPDATE)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            tx.enqueue(&shape.event(id), &format!("pay-{id}")).await?;
-            tx.commit().await?;
+    let (pool, variant, waker) = match writer {
+        Writer::Transaction {
+            pool,
+            variant,
+            waker,
+        } => (pool, variant, waker),
+        Writer::Producer(producer) => {
+            for id in (client as i64 + 1..=n).step_by(clients) {
+                let mut tx = producer.begin().await?;
+                sqlx::query(ORDERS_UPDATE)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.enqueue(&shape.event(id), &format!("pay-{id}")).await?;
+                tx.commit().await?;
+            }
+            return Ok(());
         }
-        return Ok(());
-    }
+    };
     for id in (client as i64 + 1..=n).step_by(clients) {
         let mut tx = pool.begin().await?;
         sqlx::query(ORDERS_UPDATE)

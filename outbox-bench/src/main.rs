@@ -33,6 +33,7 @@ mod bloat;
 mod brokers;
 mod ceiling;
 mod cli;
+mod cpu;
 mod db;
 mod drain;
 mod enqueue;
@@ -53,7 +54,7 @@ use cli::{Args, Workload};
 use db::BenchDb;
 use drain::DrainSetting;
 use event::PayloadShape;
-use report::{Report, Row, median_spread, runs_note, thousands};
+use report::{Report, Row, join_notes, median_spread, runs_note, thousands};
 
 /// Any failure of a workload.
 pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
@@ -263,6 +264,9 @@ async fn measure_drains(
     let completions = [ceiling::Completion::Delete, ceiling::Completion::Update];
     let mut ceiling_rates = vec![Vec::new(); completions.len()];
     let mut outbox_rates = vec![Vec::new(); settings.len()];
+    // CPU per event of each run: (this process, the rest of the machine).
+    let mut ceiling_cpu = vec![Vec::new(); completions.len()];
+    let mut outbox_cpu = vec![Vec::new(); settings.len()];
     for run in 1..=runs {
         if with_ceiling {
             for (i, completion) in completions.iter().enumerate() {
@@ -270,13 +274,15 @@ async fn measure_drains(
                 progress(
                     "ceiling",
                     &format!(
-                        "run {run}: {} {} events/s in {:.2} s",
+                        "run {run}: {} {} events/s in {:.2} s{}",
                         completion.label(),
                         thousands(d.rate),
-                        d.secs
+                        d.secs,
+                        cpu_progress(&d, "client")
                     ),
                 );
                 ceiling_rates[i].push(d.rate);
+                ceiling_cpu[i].extend(d.cpu.map(|c| c.per_event(d.handled)));
             }
         }
         for (i, setting) in settings.iter().enumerate() {
@@ -284,20 +290,22 @@ async fn measure_drains(
             progress(
                 "drain",
                 &format!(
-                    "run {run}: {} {} events/s ({} handler calls in {:.2} s)",
+                    "run {run}: {} {} events/s ({} handler calls in {:.2} s){}",
                     setting.label(),
                     thousands(d.rate),
                     d.handled,
-                    d.secs
+                    d.secs,
+                    cpu_progress(&d, "worker")
                 ),
             );
             outbox_rates[i].push(d.rate);
+            outbox_cpu[i].extend(d.cpu.map(|c| c.per_event(d.handled)));
         }
     }
     let ceiling_delete = with_ceiling.then(|| median_spread(&ceiling_rates[0]).0);
     let ceiling_update = with_ceiling.then(|| median_spread(&ceiling_rates[1]).0);
     let mut rows = Vec::new();
-    for (completion, rates) in completions.iter().zip(&ceiling_rates) {
+    for ((completion, rates), cpu) in completions.iter().zip(&ceiling_rates).zip(&ceiling_cpu) {
         if rates.is_empty() {
             continue;
         }
@@ -309,10 +317,15 @@ async fn measure_drains(
             unit: "events/s",
             vs_ceiling: ceiling_delete.map(|c| rate / c),
             vs_baseline: None,
-            notes: runs_note(rates),
+            notes: join_notes(&runs_note(rates), &cpu_note(cpu, "client")),
         });
     }
-    for (i, (setting, rates)) in settings.iter().zip(&outbox_rates).enumerate() {
+    for (i, ((setting, rates), cpu)) in settings
+        .iter()
+        .zip(&outbox_rates)
+        .zip(&outbox_cpu)
+        .enumerate()
+    {
         let rate = median_spread(rates).0;
         let name = match i {
             0 => "defaults",
@@ -323,12 +336,12 @@ async fn measure_drains(
         };
         let mut notes = runs_note(rates);
         if let Some(update) = ceiling_update {
-            let sep = if notes.is_empty() { "" } else { "; " };
-            notes = format!(
-                "{notes}{sep}{:.2} of the update-on-completion ceiling",
-                rate / update
+            notes = join_notes(
+                &notes,
+                &format!("{:.2} of the update-on-completion ceiling", rate / update),
             );
         }
+        notes = join_notes(&notes, &cpu_note(cpu, "worker"));
         rows.push(Row {
             workload: "drain",
             setting: format!("{name}: {}", setting.label()),
@@ -390,14 +403,9 @@ async fn measure_traced(
             unit: "events/s",
             vs_ceiling: None,
             vs_baseline: Some(on / off),
-            notes: format!(
-                "{}{}{spans} delivery spans continued their producer's trace in the last run",
-                runs_note(&rates[1]),
-                if runs_note(&rates[1]).is_empty() {
-                    ""
-                } else {
-                    "; "
-                }
+            notes: join_notes(
+                &runs_note(&rates[1]),
+                &format!("{spans} delivery spans continued their producer's trace in the last run"),
             ),
         },
     ])
@@ -415,6 +423,28 @@ async fn measure_traced(
     Err("the traced workload needs the opentelemetry feature: cargo run --release -p outbox-bench --features opentelemetry -- --workloads traced".into())
 }
 
+/// `, CPU µs/event: worker 4.1, rest of the machine 30.2` for a progress line, or nothing.
+fn cpu_progress(drained: &drain::Drained, who: &str) -> String {
+    drained
+        .cpu
+        .map(|cpu| format!(", {}", cpu.note(drained.handled, who)))
+        .unwrap_or_default()
+}
+
+/// The medians of the runs' CPU per event, for the table, or nothing where none was measured.
+fn cpu_note(runs: &[(f64, f64)], who: &str) -> String {
+    if runs.is_empty() {
+        return String::new();
+    }
+    let process: Vec<f64> = runs.iter().map(|r| r.0).collect();
+    let rest: Vec<f64> = runs.iter().map(|r| r.1).collect();
+    format!(
+        "CPU µs/event: {who} {:.1}, rest of the machine {:.1}",
+        median_spread(&process).0,
+        median_spread(&rest).0
+    )
+}
+
 /// Every enqueue variant, interleaved run by run.
 async fn measure_enqueue(
     args: &Args,
@@ -424,14 +454,22 @@ async fn measure_enqueue(
 ) -> BenchResult<Vec<Row>> {
     let variants = enqueue::Variant::ALL;
     let mut rates = vec![Vec::new(); variants.len()];
+    let mut wal = vec![Vec::new(); variants.len()];
     for run in 1..=runs {
         for (i, variant) in variants.iter().enumerate() {
-            let rate = enqueue::run(db, *variant, args.transactions, args.clients, shape).await?;
+            let measured =
+                enqueue::run(db, *variant, args.transactions, args.clients, shape).await?;
             progress(
                 "enqueue",
-                &format!("run {run}: {} {} tx/s", variant.label(), thousands(rate)),
+                &format!(
+                    "run {run}: {} {} tx/s, {:.0} WAL bytes/tx",
+                    variant.label(),
+                    thousands(measured.rate),
+                    measured.wal_per_tx
+                ),
             );
-            rates[i].push(rate);
+            rates[i].push(measured.rate);
+            wal[i].push(measured.wal_per_tx);
         }
     }
     let medians: Vec<f64> = rates.iter().map(|r| median_spread(r).0).collect();
@@ -441,7 +479,8 @@ async fn measure_enqueue(
         .iter()
         .zip(&medians)
         .zip(&rates)
-        .map(|((variant, rate), all)| Row {
+        .zip(&wal)
+        .map(|(((variant, rate), all), wal)| Row {
             workload: "enqueue",
             setting: format!(
                 "{}, {} tx over {} connections",
@@ -453,7 +492,10 @@ async fn measure_enqueue(
             unit: "tx/s",
             vs_ceiling: Some(rate / ceiling),
             vs_baseline: Some(rate / baseline),
-            notes: runs_note(all),
+            notes: join_notes(
+                &runs_note(all),
+                &format!("{:.0} WAL bytes/tx", median_spread(wal).0),
+            ),
         })
         .collect())
 }

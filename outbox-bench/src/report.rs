@@ -70,6 +70,15 @@ pub fn runs_note(values: &[f64]) -> String {
     format!("median of {} (±{:.0}%)", values.len(), spread * 100.0)
 }
 
+/// Two notes in one cell, separated by `; ` when both say something.
+pub fn join_notes(first: &str, second: &str) -> String {
+    match (first.is_empty(), second.is_empty()) {
+        (_, true) => first.to_string(),
+        (true, false) => second.to_string(),
+        (false, false) => format!("{first}; {second}"),
+    }
+}
+
 fn format_value(value: f64, unit: &str) -> String {
     if unit == "ms" {
         format!("{value:.2} {unit}")
