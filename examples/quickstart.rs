@@ -9,7 +9,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use outbox_runtime::worker::Worker;
-use outbox_runtime::{Delivery, Dispatcher, Event, EventStatus, HandlerError, Store, handler};
+use outbox_runtime::{
+    Delivery, Dispatcher, Event, EventStatus, HandlerError, Producer, Store, handler,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPoolOptions;
@@ -66,9 +68,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .execute(&pool)
         .await?;
 
-    // 1. The business change and the event commit together, or not at all.
+    // 1. The business change and the event commit together, or not at all. A producer (one
+    //    per service) begins the transaction and wakes the workers once it has committed.
+    let producer = Producer::new(pool.clone());
     let order_id = Uuid::new_v4();
-    let mut tx = pool.begin().await?;
+    let mut tx = producer.begin().await?;
     sqlx::query("INSERT INTO orders (id, status) VALUES ($1, 'confirmed')")
         .bind(order_id)
         .execute(&mut *tx)
@@ -77,8 +81,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         order_id,
         total_cents: 4200,
     };
-    let event_id = event
-        .enqueue(&mut tx, &format!("confirm-order/{order_id}"))
+    let event_id = tx
+        .enqueue(&event, &format!("confirm-order/{order_id}"))
         .await?;
     tx.commit().await?;
     println!("enqueued {event_id} with order {order_id}");
