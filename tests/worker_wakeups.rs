@@ -89,6 +89,38 @@ async fn a_burst_of_wake_ups_folds_into_few_notifications_and_none_is_lost() {
     assert!(error.to_string().contains("no such table!"), "{error}");
 }
 
+/// A service that shuts down closes its pool, perhaps right after a commit asked for a wake-up.
+/// Nobody is left to wake: the waker drops the wake-up and counts it, without a failure and so
+/// without the "sending a wake-up failed" warning (which it logged before, on every shutdown
+/// that followed a commit closely).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waker_whose_pool_was_closed_drops_its_wake_ups_quietly() {
+    let db = database().await;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.url())
+        .await
+        .unwrap();
+    let waker = Waker::new(pool.clone(), "outbox").unwrap();
+    pool.close().await;
+    waker.wake();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while waker.notifications_dropped() + waker.notifications_failed() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the wake-up was neither dropped nor failed within {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        waker.notifications_failed(),
+        0,
+        "a closed pool is the service's end, not a failed notification"
+    );
+    assert_eq!(waker.notifications_dropped(), 1);
+    assert_eq!(waker.notifications_sent(), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rarely_polling_worker_delivers_as_soon_as_the_service_wakes_it_after_commit() {
     let db = database().await;

@@ -12,7 +12,9 @@
 //! notification at a time on a pooled connection; every `wake` that arrives while one is being
 //! sent is folded into the next. No wake-up is lost: a `wake` called after a commit is followed
 //! by a notification sent after that call, so after the commit is visible. A transaction that
-//! commits and never calls `wake` is still delivered, by the workers' polling.
+//! commits and never calls `wake` is still delivered, by the workers' polling. Once the pool is
+//! closed (the service is shutting down) the wake-ups asked for are dropped quietly and counted
+//! ([`Waker::notifications_dropped`]).
 //!
 //! ```no_run
 //! # async fn f(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
@@ -61,6 +63,7 @@ struct Signal {
     requested: Notify,
     sent: AtomicU64,
     failed: AtomicU64,
+    dropped: AtomicU64,
 }
 
 impl Waker {
@@ -112,6 +115,12 @@ impl Waker {
     pub fn notifications_failed(&self) -> u64 {
         self.signal.failed.load(Ordering::Relaxed)
     }
+
+    /// Wake-ups not sent because the pool had been closed: the service is shutting down, and
+    /// the workers' polling covers whatever it committed last. Neither a failure nor a warning.
+    pub fn notifications_dropped(&self) -> u64 {
+        self.signal.dropped.load(Ordering::Relaxed)
+    }
 }
 
 impl std::fmt::Debug for Waker {
@@ -119,6 +128,7 @@ impl std::fmt::Debug for Waker {
         f.debug_struct("Waker")
             .field("notifications_sent", &self.notifications_sent())
             .field("notifications_failed", &self.notifications_failed())
+            .field("notifications_dropped", &self.notifications_dropped())
             .finish()
     }
 }
@@ -140,6 +150,11 @@ async fn send_wake_ups(
             () = stop.cancelled() => return,
         }
         match sqlx::query(statement).bind(&channel).execute(&pool).await {
+            // A service that shuts down closes its pool, often right after its last commit
+            // asked for a wake-up: the end of the service, not a failed notification.
+            Err(_) if pool.is_closed() => {
+                signal.dropped.fetch_add(1, Ordering::Relaxed);
+            }
             Ok(_) => {
                 signal.sent.fetch_add(1, Ordering::Relaxed);
                 // Wake-ups asked for meanwhile are stored (one permit) and answered next round.
