@@ -39,11 +39,17 @@ impl CpuSplit {
         )
     }
 
-    /// The table's note: `worker 4.1 + server 30.2 CPU µs/event`.
+    /// `CPU µs/event: worker 4.1, rest of the machine 30.2` for `events` delivered.
     pub fn note(&self, events: i64, who: &str) -> String {
         let (process, rest) = self.per_event(events);
-        format!("CPU µs/event: {who} {process:.1}, rest of the machine {rest:.1}")
+        per_event_note(who, process, rest)
     }
+}
+
+/// `CPU µs/event: worker 4.1, rest of the machine 30.2`: the one wording of a run's note and of
+/// the table's medians.
+pub fn per_event_note(who: &str, process: f64, rest: f64) -> String {
+    format!("CPU µs/event: {who} {process:.1}, rest of the machine {rest:.1}")
 }
 
 impl CpuSample {

@@ -438,11 +438,7 @@ fn cpu_note(runs: &[(f64, f64)], who: &str) -> String {
     }
     let process: Vec<f64> = runs.iter().map(|r| r.0).collect();
     let rest: Vec<f64> = runs.iter().map(|r| r.1).collect();
-    format!(
-        "CPU µs/event: {who} {:.1}, rest of the machine {:.1}",
-        median_spread(&process).0,
-        median_spread(&rest).0
-    )
+    cpu::per_event_note(who, median_spread(&process).0, median_spread(&rest).0)
 }
 
 /// Every enqueue variant, interleaved run by run.
