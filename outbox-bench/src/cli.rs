@@ -148,6 +148,12 @@ pub struct Args {
     /// Partitions of the `kafka` workload's topic.
     #[arg(long, default_value_t = 6)]
     pub kafka_partitions: i32,
+    /// Install a Prometheus recorder (the worker's histograms with the documented buckets, no
+    /// HTTP listener) before any workload, as a service with an exporter runs: every metric the
+    /// worker records then costs what it costs in production. Without it the `metrics` facade
+    /// has no recorder and each record is a no-op.
+    #[arg(long)]
+    pub prometheus: bool,
     /// Print the results as one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,

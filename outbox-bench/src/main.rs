@@ -65,6 +65,12 @@ pub type BenchResult<T> = Result<T, BenchError>;
 async fn main() -> ExitCode {
     let args = Args::parse();
     init_tracing();
+    if args.prometheus
+        && let Err(e) = install_prometheus()
+    {
+        eprintln!("outbox-bench failed: installing the Prometheus recorder: {e}");
+        return ExitCode::FAILURE;
+    }
     match run(&args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -89,6 +95,21 @@ fn init_tracing() {
     #[cfg(feature = "opentelemetry")]
     let registry = registry.with(traced::layer());
     registry.init();
+}
+
+/// A Prometheus recorder for this process, its histograms bucketed as docs/observability.md
+/// shows; nothing scrapes it, the point is what recording costs the worker.
+fn install_prometheus() -> BenchResult<()> {
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    use outbox_runtime::worker::metrics as m;
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), m::SECONDS_BUCKETS)?
+        .set_buckets_for_metric(
+            Matcher::Full(m::DELIVERY_ATTEMPTS.into()),
+            m::ATTEMPTS_BUCKETS,
+        )?
+        .install_recorder()?;
+    Ok(())
 }
 
 async fn run(args: &Args) -> BenchResult<()> {
