@@ -96,6 +96,7 @@ pub async fn run_amqp(
         rate: n as f64 / secs,
         handled: stored,
         cpu: None,
+        allocs: None,
     })
 }
 
@@ -171,5 +172,6 @@ pub async fn run_kafka(
         rate: n as f64 / secs,
         handled: stored,
         cpu: None,
+        allocs: None,
     })
 }

@@ -10,6 +10,7 @@ use outbox_runtime::worker::{Worker, WorkerConfig, WorkerHandle};
 use outbox_runtime::{Event, Sink};
 
 use crate::BenchResult;
+use crate::allocs::AllocSample;
 use crate::ceiling::{self, Completion};
 use crate::cpu::{CpuSample, CpuSplit};
 use crate::db::BenchDb;
@@ -204,6 +205,15 @@ pub struct Drained {
     pub handled: i64,
     /// The CPU this process and the rest of the machine spent on the drain, where measured.
     pub cpu: Option<CpuSplit>,
+    /// Heap allocations of this process during the drain (with the `alloc-count` feature).
+    pub allocs: Option<u64>,
+}
+
+impl Drained {
+    /// Heap allocations per handler call, where counted.
+    pub fn allocs_per_event(&self) -> Option<f64> {
+        self.allocs.map(|a| a as f64 / self.handled.max(1) as f64)
+    }
 }
 
 /// One outbox drain of `n` events with `setting`.
@@ -234,6 +244,7 @@ pub async fn run_outbox_in_spans(
     let sink = Arc::new(CountingSink::counting());
     // The timer includes worker start-up (contract check, LISTEN), as in the peer harness.
     let cpu = CpuSample::now();
+    let allocs = AllocSample::now();
     let started = Instant::now();
     let handles = setting.start(db, &sink).await?;
     let deadline = started + DRAIN_TIMEOUT;
@@ -245,6 +256,7 @@ pub async fn run_outbox_in_spans(
         .await?;
     let secs = started.elapsed().as_secs_f64();
     let cpu = cpu.and_then(CpuSample::since);
+    let allocs = allocs.and_then(AllocSample::since);
     stop(handles).await;
     if !drained {
         return Err(format!(
@@ -258,6 +270,7 @@ pub async fn run_outbox_in_spans(
         rate: n as f64 / secs,
         handled: sink.delivered(),
         cpu,
+        allocs,
     })
 }
 
@@ -267,8 +280,10 @@ pub async fn run_ceiling(db: &BenchDb, n: i64, completion: Completion) -> BenchR
     ceiling::prefill(db.pool(), n).await?;
     db.settle().await?;
     let cpu = CpuSample::now();
+    let allocs = AllocSample::now();
     let (secs, handled) = ceiling::drain(db.pool(), 2, 100, completion).await?;
     let cpu = cpu.and_then(CpuSample::since);
+    let allocs = allocs.and_then(AllocSample::since);
     if handled != n {
         return Err(format!("the ceiling handled {handled} events, expected {n}").into());
     }
@@ -277,6 +292,7 @@ pub async fn run_ceiling(db: &BenchDb, n: i64, completion: Completion) -> BenchR
         rate: n as f64 / secs,
         handled,
         cpu,
+        allocs,
     })
 }
 

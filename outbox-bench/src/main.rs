@@ -29,6 +29,7 @@
 //!
 //! Progress goes to stderr; the table (or with `--json` one JSON document) to stdout.
 
+mod allocs;
 mod bloat;
 mod brokers;
 mod ceiling;
@@ -288,6 +289,9 @@ async fn measure_drains(
     // CPU per event of each run: (this process, the rest of the machine).
     let mut ceiling_cpu = vec![Vec::new(); completions.len()];
     let mut outbox_cpu = vec![Vec::new(); settings.len()];
+    // Heap allocations per event of each run, where counted.
+    let mut ceiling_allocs = vec![Vec::new(); completions.len()];
+    let mut outbox_allocs = vec![Vec::new(); settings.len()];
     for run in 1..=runs {
         if with_ceiling {
             for (i, completion) in completions.iter().enumerate() {
@@ -304,6 +308,7 @@ async fn measure_drains(
                 );
                 ceiling_rates[i].push(d.rate);
                 ceiling_cpu[i].extend(d.cpu.map(|c| c.per_event(d.handled)));
+                ceiling_allocs[i].extend(d.allocs_per_event());
             }
         }
         for (i, setting) in settings.iter().enumerate() {
@@ -321,12 +326,18 @@ async fn measure_drains(
             );
             outbox_rates[i].push(d.rate);
             outbox_cpu[i].extend(d.cpu.map(|c| c.per_event(d.handled)));
+            outbox_allocs[i].extend(d.allocs_per_event());
         }
     }
     let ceiling_delete = with_ceiling.then(|| median_spread(&ceiling_rates[0]).0);
     let ceiling_update = with_ceiling.then(|| median_spread(&ceiling_rates[1]).0);
     let mut rows = Vec::new();
-    for ((completion, rates), cpu) in completions.iter().zip(&ceiling_rates).zip(&ceiling_cpu) {
+    for (((completion, rates), cpu), allocs) in completions
+        .iter()
+        .zip(&ceiling_rates)
+        .zip(&ceiling_cpu)
+        .zip(&ceiling_allocs)
+    {
         if rates.is_empty() {
             continue;
         }
@@ -338,13 +349,17 @@ async fn measure_drains(
             unit: "events/s",
             vs_ceiling: ceiling_delete.map(|c| rate / c),
             vs_baseline: None,
-            notes: join_notes(&runs_note(rates), &cpu_note(cpu, "client")),
+            notes: join_notes(
+                &join_notes(&runs_note(rates), &cpu_note(cpu, "client")),
+                &allocs_note(allocs),
+            ),
         });
     }
-    for (i, ((setting, rates), cpu)) in settings
+    for (i, (((setting, rates), cpu), allocs)) in settings
         .iter()
         .zip(&outbox_rates)
         .zip(&outbox_cpu)
+        .zip(&outbox_allocs)
         .enumerate()
     {
         let rate = median_spread(rates).0;
@@ -363,6 +378,7 @@ async fn measure_drains(
             );
         }
         notes = join_notes(&notes, &cpu_note(cpu, "worker"));
+        notes = join_notes(&notes, &allocs_note(allocs));
         rows.push(Row {
             workload: "drain",
             setting: format!("{name}: {}", setting.label()),
@@ -446,10 +462,24 @@ async fn measure_traced(
 
 /// `, CPU µs/event: worker 4.1, rest of the machine 30.2` for a progress line, or nothing.
 fn cpu_progress(drained: &drain::Drained, who: &str) -> String {
-    drained
+    let cpu = drained
         .cpu
         .map(|cpu| format!(", {}", cpu.note(drained.handled, who)))
-        .unwrap_or_default()
+        .unwrap_or_default();
+    let allocs = drained
+        .allocs_per_event()
+        .map(|a| format!(", {}", allocs::per_event_note(a)))
+        .unwrap_or_default();
+    cpu + &allocs
+}
+
+/// The median of the runs' heap allocations per event, for the table, or nothing where none
+/// were counted.
+fn allocs_note(runs: &[f64]) -> String {
+    if runs.is_empty() {
+        return String::new();
+    }
+    allocs::per_event_note(median_spread(runs).0)
 }
 
 /// The medians of the runs' CPU per event, for the table, or nothing where none was measured.

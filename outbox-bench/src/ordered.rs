@@ -79,5 +79,6 @@ pub async fn run(db: &BenchDb, n: i64, aggregates: i64, ordered: bool) -> BenchR
         rate: n as f64 / secs,
         handled: sink.delivered(),
         cpu: None,
+        allocs: None,
     })
 }
