@@ -422,3 +422,96 @@ async fn the_leader_publishes_the_queue_gauges() {
     }
     worker.shutdown().await;
 }
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, Event)]
+#[outbox(name = "metrics.late", version = 1)]
+pub struct LateJob {
+    pub n: i64,
+}
+
+/// Accepts every event.
+struct AcceptAll;
+
+impl Sink for AcceptAll {
+    fn deliver<'a>(
+        &'a self,
+        _event: &'a ClaimedEvent,
+        _delivery: &'a Delivery,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Enqueue `LateJob { n }` and wait until `n` events are delivered.
+async fn deliver_late_job(pool: &PgPool, n: i64) {
+    let mut tx = pool.begin().await.unwrap();
+    LateJob { n }
+        .enqueue(&mut tx, &format!("late-{n}"))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while delivered(pool).await < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "event {n} not delivered within {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A service that installs its exporter after the worker started, and after the worker's
+/// first deliveries, still gets the per-event histograms. The worker keeps each event type's
+/// histogram handles for about a second and then registers them again with the recorder
+/// installed then; handles kept for good would stay with the recorder of the first delivery.
+/// (The recorder here is installed for this thread only, and the worker runs on this thread's
+/// runtime, so the other tests' global recorder does not see this.)
+#[test]
+fn a_recorder_installed_after_the_first_deliveries_gets_the_event_histograms() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (db, worker) = runtime.block_on(async {
+        let db = TestDatabase::new().await;
+        let worker = Worker::builder(db.pool().clone(), AcceptAll)
+            .poll_interval(Duration::from_millis(50))
+            .start()
+            .await
+            .unwrap();
+        deliver_late_job(db.pool(), 1).await;
+        (db, worker)
+    });
+
+    let late = PrometheusBuilder::new().build_recorder();
+    let handle = late.handle();
+    let late_series = [("table", "outbox"), ("event_type", "metrics.late")];
+    let latencies = format!("{}_count", m::DELIVERY_LATENCY_SECONDS);
+    let delivered_to_late = metrics::with_local_recorder(&late, || {
+        runtime.block_on(async {
+            let deadline = tokio::time::Instant::now() + DEADLINE;
+            let mut n = 1;
+            loop {
+                n += 1;
+                deliver_late_job(db.pool(), n).await;
+                if sample(&handle.render(), &latencies, &late_series).is_some() {
+                    return n;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{n} events delivered since the recorder was installed, none recorded in it:\n{}",
+                    handle.render()
+                );
+                // One event now and then: the refresh comes with time, not with events.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    });
+    // The first event after the refresh is recorded; the ones before it went to the recorder
+    // the handles were registered with.
+    assert!(delivered_to_late >= 2);
+    runtime.block_on(async move {
+        worker.shutdown().await;
+        drop(db);
+    });
+}

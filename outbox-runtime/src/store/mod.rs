@@ -401,9 +401,10 @@ fn decode_claimed(row: &sqlx::postgres::PgRow) -> Result<DecodedRow> {
     let json =
         |part: PayloadPart, column: &str| -> std::result::Result<serde_json::Value, String> {
             // Read as a raw JSON text first: `RawValue` only checks the syntax, iteratively, so
-            // neither depth nor numbers can fail it where a `Value` decode would.
+            // neither depth nor numbers can fail it where a `Value` decode would. Borrowed from
+            // the row: the text is parsed once more right below, so a copy would be thrown away.
             let raw = row
-                .try_get::<Json<Box<RawValue>>, _>(column)
+                .try_get::<Json<&RawValue>, _>(column)
                 .map_err(|e| format!("undecodable {part}: {e}"))?;
             payload_limits::decode_stored(part, raw.0.get())
         };

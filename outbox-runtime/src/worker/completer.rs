@@ -32,14 +32,30 @@ pub(crate) struct Completion {
 }
 
 impl Completion {
-    pub(crate) fn of(event: &ClaimedEvent, claimed_at: Instant) -> Completion {
+    /// The completion of `event`, whose delivery is over: its event type is moved, not copied.
+    pub(crate) fn of(mut event: ClaimedEvent, claimed_at: Instant) -> Completion {
+        let event_type = std::mem::take(&mut event.event_type);
+        Completion::with_type(event_type, &event, claimed_at)
+    }
+
+    /// The completion of `event`, which a batch still holds: its event type is copied.
+    pub(crate) fn copied(event: &ClaimedEvent, claimed_at: Instant) -> Completion {
+        Completion::with_type(event.event_type.clone(), event, claimed_at)
+    }
+
+    fn with_type(event_type: String, event: &ClaimedEvent, claimed_at: Instant) -> Completion {
         Completion {
             claim: event.claim(),
-            event_type: event.event_type.clone(),
+            event_type,
             attempts: event.attempts,
             since_enqueue: event.since_enqueue,
             claimed_at,
         }
+    }
+
+    /// The claim to complete.
+    pub(crate) fn claim(&self) -> Claim {
+        self.claim
     }
 }
 

@@ -166,7 +166,10 @@ impl Executor {
             let delivery = Delivery::new(&event, lease_lost);
             let sink = Arc::clone(&shared.sink);
             let started = Instant::now();
+            // The sink first: most sinks answer on their first poll, and an abort already
+            // signalled is seen on the next poll of a sink that waits.
             let outcome = tokio::select! {
+                biased;
                 outcome = call_sink(sink.as_ref(), &event, &delivery) => Outcome::from(outcome),
                 () = shared.abort.cancelled() => Outcome::Abandoned,
             };
@@ -179,7 +182,7 @@ impl Executor {
             match outcome {
                 Outcome::Delivered => {
                     // The slot and hold go once the completion is queued (see `delivered`).
-                    self.delivered(&event, claimed_at).await;
+                    self.delivered(Completion::of(event, claimed_at)).await;
                     drop(permits);
                 }
                 Outcome::Failed(error) => {
@@ -323,7 +326,7 @@ impl Executor {
         let mut results = results.into_iter();
         for (event, _) in batch {
             match results.next() {
-                Some(Ok(())) => self.delivered(event, claimed_at).await,
+                Some(Ok(())) => self.delivered(Completion::copied(event, claimed_at)).await,
                 Some(Err(error)) => self.failed(event, &error).await,
                 None => {
                     let error = HandlerError::retry(format!(
@@ -336,15 +339,15 @@ impl Executor {
         }
     }
 
-    /// Queue the completion of a delivered event, claimed at `claimed_at`; waits while the
-    /// completer is a full batch behind (the caller still holds the event's slot and hold, which
-    /// is what stops the claimer).
-    async fn delivered(&self, event: &ClaimedEvent, claimed_at: Instant) {
-        let claim = event.claim();
+    /// Queue the completion of a delivered event; waits while the completer is a full batch
+    /// behind (the caller still holds the event's slot and hold, which is what stops the
+    /// claimer).
+    async fn delivered(&self, completion: Completion) {
+        let claim = completion.claim();
         tracing::debug!(row = claim.id, "delivered; completion queued");
         let queued = tokio::select! {
             biased;
-            sent = self.completions.send(Completion::of(event, claimed_at)) => sent.is_ok(),
+            sent = self.completions.send(completion) => sent.is_ok(),
             // A forced stop while the completer cannot keep up (its database hangs, say):
             // the worker must still stop.
             () = self.shared.abort.cancelled() => false,

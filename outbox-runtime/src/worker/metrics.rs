@@ -8,12 +8,20 @@
 //! refreshed by the maintenance leader only (one writer per table): across instances, read them
 //! with `max by (table)`.
 //!
+//! The per-event histograms are registered once per event type and the handles kept for a
+//! second (see [`HANDLE_REFRESH`]): a recorder installed after a worker started gets them from
+//! the next registration on, within a second.
+//!
 //! Histograms record seconds (and attempts). With `metrics-exporter-prometheus`, give them
 //! buckets ([`SECONDS_BUCKETS`], [`ATTEMPTS_BUCKETS`]) so they render as Prometheus histograms
 //! rather than summaries; see `docs/observability.md`.
 
+use std::collections::HashMap;
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use metrics::{Histogram, Key, Label, Level, Metadata};
 
 use crate::store::QueueGauges;
 
@@ -186,10 +194,77 @@ pub struct WorkerCounters {
     pub panics: u64,
 }
 
+/// What the `histogram!` macro would pass the recorder for the worker's histograms.
+static HISTOGRAM_METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// Event types whose histogram handles a worker keeps; past it, handles are registered per
+/// record as the `histogram!` macro registers them. Event types are a catalogue's names, far
+/// fewer than this; the bound only keeps a table full of distinct stray names from growing the
+/// map without end.
+const KEPT_EVENT_TYPES: usize = 1024;
+
+/// How long a kept handle is used before it is registered again with the recorder installed
+/// then: a recorder installed after the worker started gets every series within this, and an
+/// exporter that drops idle series gets them back.
+const HANDLE_REFRESH: Duration = Duration::from_secs(1);
+
+/// The histograms of one event type, registered once and kept for [`HANDLE_REFRESH`]. The
+/// `histogram!` macro builds and hashes a key for every record, and a recorder may copy it
+/// again to look the series up (the Prometheus exporter does): four times per delivery, about
+/// four allocations each.
+#[derive(Debug)]
+struct EventTypeHistograms {
+    claim_wait: Histogram,
+    handler: Histogram,
+    latency: Histogram,
+    attempts: Histogram,
+    registered_at: Instant,
+}
+
+impl EventTypeHistograms {
+    /// Register the four series of `event_type` with the recorder installed now.
+    fn register(table: &str, event_type: &str) -> Self {
+        let histogram = |name: &'static str| {
+            let key = Key::from_parts(
+                name,
+                vec![
+                    Label::new("table", table.to_owned()),
+                    Label::new("event_type", event_type.to_owned()),
+                ],
+            );
+            metrics::with_recorder(|recorder| {
+                recorder.register_histogram(&key, &HISTOGRAM_METADATA)
+            })
+        };
+        EventTypeHistograms {
+            claim_wait: histogram(CLAIM_WAIT_SECONDS),
+            handler: histogram(HANDLER_DURATION_SECONDS),
+            latency: histogram(DELIVERY_LATENCY_SECONDS),
+            attempts: histogram(DELIVERY_ATTEMPTS),
+            registered_at: Instant::now(),
+        }
+    }
+
+    fn fresh(&self) -> bool {
+        self.registered_at.elapsed() < HANDLE_REFRESH
+    }
+}
+
+/// Record `value` in the histogram `key` of the recorder installed now.
+fn record(key: &Key, value: f64) {
+    metrics::with_recorder(|recorder| recorder.register_histogram(key, &HISTOGRAM_METADATA))
+        .record(value);
+}
+
 /// The live counters behind [`WorkerCounters`], updated together with the metrics facade.
 #[derive(Debug)]
 pub(crate) struct Counters {
     table: String,
+    /// `CLAIM_DURATION_SECONDS` of this table.
+    claim_duration: Key,
+    /// The histograms of each event type seen, registered on first use.
+    event_types: RwLock<HashMap<String, EventTypeHistograms>>,
     delivered: AtomicU64,
     retried: AtomicU64,
     exhausted: AtomicU64,
@@ -215,6 +290,11 @@ impl Counters {
         }
         Counters {
             table: table.to_owned(),
+            claim_duration: Key::from_parts(
+                CLAIM_DURATION_SECONDS,
+                vec![Label::new("table", table.to_owned())],
+            ),
+            event_types: RwLock::new(HashMap::new()),
             delivered: AtomicU64::new(0),
             retried: AtomicU64::new(0),
             exhausted: AtomicU64::new(0),
@@ -277,29 +357,42 @@ impl Counters {
 
     /// One claim statement took `took`.
     pub(crate) fn claim_took(&self, took: Duration) {
-        metrics::histogram!(CLAIM_DURATION_SECONDS, "table" => self.table.clone())
-            .record(took.as_secs_f64());
+        record(&self.claim_duration, took.as_secs_f64());
+    }
+
+    /// Run `f` with the histograms of `event_type`, registered on first use and again once
+    /// [`HANDLE_REFRESH`] passed.
+    fn with_histograms(&self, event_type: &str, f: impl FnOnce(&EventTypeHistograms)) {
+        {
+            let kept = self.event_types.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(histograms) = kept.get(event_type).filter(|h| h.fresh()) {
+                return f(histograms);
+            }
+        }
+        let histograms = EventTypeHistograms::register(&self.table, event_type);
+        f(&histograms);
+        let mut kept = self.event_types.write().unwrap_or_else(|p| p.into_inner());
+        if kept.len() < KEPT_EVENT_TYPES || kept.contains_key(event_type) {
+            kept.insert(event_type.to_owned(), histograms);
+        }
     }
 
     /// An event of `event_type` was claimed after being claimable for `waited`.
     pub(crate) fn claim_waited(&self, event_type: &str, waited: Duration) {
-        metrics::histogram!(CLAIM_WAIT_SECONDS, "table" => self.table.clone(), "event_type" => event_type.to_owned())
-            .record(waited.as_secs_f64());
+        self.with_histograms(event_type, |h| h.claim_wait.record(waited.as_secs_f64()));
     }
 
     /// The sink took `took` over one attempt at an event of `event_type`.
     pub(crate) fn handler_took(&self, event_type: &str, took: Duration) {
-        metrics::histogram!(HANDLER_DURATION_SECONDS, "table" => self.table.clone(), "event_type" => event_type.to_owned())
-            .record(took.as_secs_f64());
+        self.with_histograms(event_type, |h| h.handler.record(took.as_secs_f64()));
     }
 
     /// An event of `event_type` was delivered `latency` after its enqueue, on attempt `attempts`.
     pub(crate) fn delivered_after(&self, event_type: &str, latency: Duration, attempts: i32) {
-        let table = self.table.clone();
-        metrics::histogram!(DELIVERY_LATENCY_SECONDS, "table" => table.clone(), "event_type" => event_type.to_owned())
-            .record(latency.as_secs_f64());
-        metrics::histogram!(DELIVERY_ATTEMPTS, "table" => table, "event_type" => event_type.to_owned())
-            .record(f64::from(attempts));
+        self.with_histograms(event_type, |h| {
+            h.latency.record(latency.as_secs_f64());
+            h.attempts.record(f64::from(attempts));
+        });
     }
 
     pub(crate) fn snapshot(&self) -> WorkerCounters {
