@@ -9,7 +9,7 @@
 //! with `max by (table)`.
 //!
 //! The per-event histograms are registered once per event type and the handles kept for a
-//! second (see [`HANDLE_REFRESH`]): a recorder installed after a worker started gets them from
+//! second (`HANDLE_REFRESH`): a recorder installed after a worker started gets them from
 //! the next registration on, within a second.
 //!
 //! Histograms record seconds (and attempts). With `metrics-exporter-prometheus`, give them
