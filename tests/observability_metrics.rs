@@ -6,6 +6,8 @@
 //! reads only the series labelled with them (the claim statement's histogram, labelled by table
 //! only, is shared: its assertions are lower bounds).
 
+mod worker_support;
+
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,6 +24,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use tokio::sync::Notify;
+use worker_support::{Accept, wait_until};
 
 /// Longest wait for any one condition.
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -429,19 +432,6 @@ pub struct LateJob {
     pub n: i64,
 }
 
-/// Accepts every event.
-struct AcceptAll;
-
-impl Sink for AcceptAll {
-    fn deliver<'a>(
-        &'a self,
-        _event: &'a ClaimedEvent,
-        _delivery: &'a Delivery,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async { Ok(()) })
-    }
-}
-
 /// Enqueue `LateJob { n }` and wait until `n` events are delivered.
 async fn deliver_late_job(pool: &PgPool, n: i64) {
     let mut tx = pool.begin().await.unwrap();
@@ -450,14 +440,10 @@ async fn deliver_late_job(pool: &PgPool, n: i64) {
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while delivered(pool).await < n {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "event {n} not delivered within {DEADLINE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until(DEADLINE, &format!("{n} events are delivered"), || async {
+        delivered(pool).await >= n
+    })
+    .await;
 }
 
 /// A service that installs its exporter after the worker started, and after the worker's
@@ -474,7 +460,7 @@ fn a_recorder_installed_after_the_first_deliveries_gets_the_event_histograms() {
         .unwrap();
     let (db, worker) = runtime.block_on(async {
         let db = TestDatabase::new().await;
-        let worker = Worker::builder(db.pool().clone(), AcceptAll)
+        let worker = Worker::builder(db.pool().clone(), Accept)
             .poll_interval(Duration::from_millis(50))
             .start()
             .await

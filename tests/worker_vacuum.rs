@@ -17,6 +17,7 @@ use outbox_runtime::worker::{Worker, WorkerEvent};
 use outbox_runtime::{Delivery, HandlerError, Sink};
 use sqlx::PgPool;
 use tokio::sync::mpsc::UnboundedReceiver;
+use worker_support::Accept;
 
 /// More than the vacuum threshold (10,000 dead row versions) in each table: each delivered and
 /// purged event leaves one in the event table (the purge's delete) and at least two in the
@@ -25,19 +26,6 @@ const EVENTS: i64 = 12_000;
 /// The two tables, the queue table first (the order of [`vacuum_stats`]).
 const TABLES: [&str; 2] = ["outbox_queue", "outbox"];
 const WAIT: Duration = Duration::from_secs(90);
-
-/// Accepts everything.
-struct Accept;
-
-impl Sink for Accept {
-    fn deliver<'a>(
-        &'a self,
-        _event: &'a ClaimedEvent,
-        _delivery: &'a Delivery,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async { Ok(()) })
-    }
-}
 
 async fn table_without_autovacuum(pool: &PgPool, events: i64) {
     sqlx::raw_sql(

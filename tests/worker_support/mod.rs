@@ -18,6 +18,19 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sqlx::{PgPool, Row};
 
+/// A sink that accepts every event at once.
+pub struct Accept;
+
+impl outbox_runtime::Sink for Accept {
+    fn deliver<'a>(
+        &'a self,
+        _event: &'a outbox_runtime::store::ClaimedEvent,
+        _delivery: &'a outbox_runtime::Delivery,
+    ) -> futures::future::BoxFuture<'a, Result<(), outbox_runtime::HandlerError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
 /// An event without aggregate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Event)]
 #[outbox(name = "job", version = 1)]
