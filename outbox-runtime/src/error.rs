@@ -164,6 +164,23 @@ pub enum Error {
     /// The database returned an error or the connection broke.
     #[error("database error: {}", database_message(.0))]
     Database(#[from] sqlx::Error),
+    /// A part of a running worker panicked, and the worker stopped (see
+    /// [`crate::worker::WorkerFailure`]). Events it held whose outcome was not written are
+    /// delivered again after their leases; nothing is lost.
+    #[error(
+        "outbox worker `{worker}` stopped because its {part} panicked: {message}; events it held \
+         are delivered again once their leases end. Exit and restart the service (or start a new \
+         worker), and report the panic: it is a bug in the outbox or in code the worker calls \
+         (the sink's `max_batch`, a metrics recorder, a tracing subscriber)"
+    )]
+    WorkerFailed {
+        /// The worker's name.
+        worker: String,
+        /// The part that panicked: `claimer`, `completer`, `renewer`, `maintenance` or `listener`.
+        part: &'static str,
+        /// The panic's message.
+        message: String,
+    },
 }
 
 /// What the database said, for a person: PostgreSQL's message with its SQLSTATE, detail and

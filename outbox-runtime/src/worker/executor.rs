@@ -435,7 +435,8 @@ impl Executor {
     }
 }
 
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+/// A panic's message, when its payload is a string (as `panic!` with a message makes it).
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {

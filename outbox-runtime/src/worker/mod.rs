@@ -19,8 +19,9 @@
 //! One file per part: [`config`] (knobs and defaults), `claimer.rs`, `pace.rs` (how far to
 //! claim ahead of the sink), `executor.rs` (one delivery:
 //! span, panic catching, outcome), `renewer.rs`, `completer.rs`, `maintenance.rs`,
-//! `listener.rs`, `shutdown.rs` (the handle and the drain), [`sessions`] (a named pool per
-//! role), [`metrics`] and [`events`] (the test hook).
+//! `listener.rs`, `shutdown.rs` (the handle and the drain), `supervise.rs` (a part that panics
+//! stops the worker), [`sessions`] (a named pool per role), [`metrics`] and [`events`] (the test
+//! hook).
 //!
 //! # Guarantees
 //!
@@ -66,6 +67,12 @@
 //! written, the worker waits one more shutdown deadline for them and then stops without them;
 //! those events are delivered again once their leases end.
 //!
+//! **A part that panics stops the worker.** If the claimer, completer, renewer, maintenance or
+//! listener panics (a bug, or code they call: a sink's `max_batch`, a metrics recorder, a tracing
+//! subscriber), the same shutdown begins, [`WorkerHandle::failure`] says which part and why, and
+//! [`Worker::run_until`] returns [`crate::error::Error::WorkerFailed`]. A worker missing a part
+//! would look alive while it delivered nothing, or delivered without ever completing.
+//!
 //! # Example
 //!
 //! ```no_run
@@ -96,10 +103,11 @@ mod pace;
 mod renewer;
 pub mod sessions;
 mod shutdown;
+mod supervise;
 mod vacuum;
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -113,8 +121,9 @@ pub use listener::application_name as listener_application_name;
 pub use metrics::WorkerCounters;
 pub use sessions::{SessionRole, application_name};
 pub use shutdown::WorkerHandle;
+pub use supervise::WorkerFailure;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::sink::Sink;
 use crate::store::{DEFAULT_TABLE, Store};
 use events::Hook;
@@ -210,6 +219,7 @@ impl Worker {
             work_cancel: CancellationToken::new(),
             abort: CancellationToken::new(),
             start_gate: self.start_gate,
+            failure: OnceLock::new(),
         });
         tracing::info!(
             worker = %shared.config.name,
@@ -224,12 +234,24 @@ impl Worker {
     }
 
     /// Start, run until `signal` completes (for example `tokio::signal::ctrl_c()`), then shut
-    /// down gracefully. Returns what the worker counted.
+    /// down gracefully. Returns what the worker counted, or [`Error::WorkerFailed`] as soon as
+    /// the worker stopped because one of its parts panicked (see the module docs), without
+    /// waiting for `signal`: a service should then exit and be restarted.
     pub async fn run_until(self, signal: impl Future<Output = ()>) -> Result<WorkerCounters> {
         let handle = self.start().await?;
-        signal.await;
+        tokio::select! {
+            () = signal => {}
+            () = handle.stopped() => {}
+        }
         handle.shutdown().await;
-        Ok(handle.counters())
+        match handle.failure() {
+            Some(failure) => Err(Error::WorkerFailed {
+                worker: handle.name().to_owned(),
+                part: failure.part,
+                message: failure.message,
+            }),
+            None => Ok(handle.counters()),
+        }
     }
 }
 
@@ -453,6 +475,8 @@ pub(crate) struct Shared {
     /// Phase three: deliveries that ignored `work_cancel` are abandoned.
     pub(crate) abort: CancellationToken,
     pub(crate) start_gate: Option<Arc<Semaphore>>,
+    /// Set once, by the first part that panicked (see [`supervise`]).
+    pub(crate) failure: OnceLock<WorkerFailure>,
 }
 
 /// `d` scaled by a random factor in [0.9, 1.1], so workers started together poll apart.

@@ -8,7 +8,8 @@
 //! The completer, renewer and maintenance stop last: renewal must go on while deliveries drain,
 //! and completions must be written before the worker says it stopped, unless the database stops
 //! answering: then the completer and maintenance get one more shutdown deadline and are
-//! abandoned, so shutdown always ends.
+//! abandoned, so shutdown always ends. A part that panics begins the same shutdown (see
+//! `supervise`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +27,7 @@ use super::listener::Listener;
 use super::maintenance::Maintenance;
 use super::metrics::WorkerCounters;
 use super::renewer::Renewer;
+use super::supervise::{WorkerFailure, spawn_part};
 
 /// How long deliveries get to react to a cancelled `lease_lost` token before being abandoned.
 const ABORT_GRACE: Duration = Duration::from_secs(2);
@@ -87,6 +89,12 @@ impl WorkerHandle {
     pub fn in_flight(&self) -> usize {
         self.shared.inflight.len()
     }
+
+    /// Why the worker stopped without being asked to: the first of its parts that panicked.
+    /// `None` while it runs well, and after a shutdown someone asked for.
+    pub fn failure(&self) -> Option<WorkerFailure> {
+        self.shared.failure.get().cloned()
+    }
 }
 
 impl Drop for WorkerHandle {
@@ -104,7 +112,9 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> WorkerHandle {
     let background = CancellationToken::new();
     let tasks = TaskTracker::new();
 
-    let completer = tokio::spawn(
+    let completer = spawn_part(
+        &shared,
+        "completer",
         Completer {
             shared: Arc::clone(&shared),
             completions: completions_rx,
@@ -112,26 +122,35 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> WorkerHandle {
         .run(),
     );
     let renewer = shared.config.renewal.then(|| {
-        tokio::spawn(
+        spawn_part(
+            &shared,
+            "renewer",
             Renewer {
                 shared: Arc::clone(&shared),
             }
             .run(background.clone()),
         )
     });
-    let maintenance = shared
-        .config
-        .maintenance
-        .then(|| tokio::spawn(Maintenance::new(Arc::clone(&shared)).run(background.clone())));
+    let maintenance = shared.config.maintenance.then(|| {
+        spawn_part(
+            &shared,
+            "maintenance",
+            Maintenance::new(Arc::clone(&shared)).run(background.clone()),
+        )
+    });
     let listener = shared.config.listen.then(|| {
-        tokio::spawn(
+        spawn_part(
+            &shared,
+            "listener",
             Listener {
                 shared: Arc::clone(&shared),
             }
             .run(shared.claim_stop.clone()),
         )
     });
-    let claimer = tokio::spawn(
+    let claimer = spawn_part(
+        &shared,
+        "claimer",
         Claimer {
             shared: Arc::clone(&shared),
             holds: Arc::new(Semaphore::new(
