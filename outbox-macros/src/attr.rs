@@ -61,6 +61,15 @@ impl<T> Spanned<T> {
         attr.get_with_tokens()
             .map(|(tokens, value)| Spanned { tokens, value })
     }
+
+    /// Where the attribute's key is written, for code that must report an error on it.
+    pub(crate) fn span(&self) -> proc_macro2::Span {
+        self.tokens
+            .clone()
+            .into_iter()
+            .next()
+            .map_or_else(proc_macro2::Span::call_site, |first| first.span())
+    }
 }
 
 impl<T> ToTokens for Spanned<T> {

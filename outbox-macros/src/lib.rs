@@ -39,7 +39,8 @@ use proc_macro::TokenStream;
 /// - `table = "..."`: the outbox table (default `outbox`, or the upcast target's). Checked at
 ///   compile time: 1 to 43 characters of `[a-z0-9_]` (its longest index name must fit
 ///   PostgreSQL's 63), not starting with a digit and not ending in `_queue` (the suffix of its
-///   queue table). Reserved key words (`select`) are refused when the table is first used.
+///   queue table), and not a key word PostgreSQL reserves (`order`, `user`, `select`: refused by
+///   a constant the expansion evaluates, since the runtime keeps their list).
 /// - `upcast = NewerType`: this type is an older version of `NewerType`; requires
 ///   `impl From<ThisType> for NewerType`. Handlers only see the current version.
 /// - `aggregate = "..."`: the aggregate type. Default: the aggregate id field's name without

@@ -1,6 +1,7 @@
 //! The outbox table name rule, checked at compile time. The runtime's `validate_table_name` and
-//! `Store::create_table` apply the same syntax, suffix and length rules; PostgreSQL's reserved
-//! key words (`select`, `table`, ...) are refused only by the runtime, which keeps their list.
+//! `Store::create_table` apply the same syntax, suffix and length rules. PostgreSQL's reserved
+//! key words (`select`, `table`, ...) are listed once, in the runtime: the expansion refuses them
+//! at compile time by evaluating `__private::refuse_reserved_table_name` in a constant.
 
 /// The suffix of every outbox table's queue table (`{table}_queue`): a table named with it would
 /// collide with the queue table of another.

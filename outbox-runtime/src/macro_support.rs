@@ -78,6 +78,21 @@ pub const fn const_str_eq(a: &str, b: &str) -> bool {
     true
 }
 
+/// `#[derive(Event)]` with `table = "..."`: evaluated at compile time, so an outbox table named
+/// by a key word PostgreSQL reserves does not compile (the macro checks the name's syntax; the
+/// key words are listed once, in the store, which refuses them at run time too).
+pub const fn refuse_reserved_table_name(table: &str) {
+    let reserved = crate::store::sql::RESERVED_WORDS;
+    let mut i = 0;
+    while i < reserved.len() {
+        assert!(
+            !const_str_eq(reserved[i], table),
+            "this outbox table name is a key word PostgreSQL reserves (like `order`, `user` or `select`), and the outbox's statements do not quote table names, so every statement on it would be a syntax error: choose another name, for example `orders_outbox`"
+        );
+        i += 1;
+    }
+}
+
 /// `#[derive(Event)]` with `upcast = Newer`: evaluated at compile time, so an upcast that
 /// leaves its event, goes backwards or changes table does not compile.
 pub const fn check_upcast(

@@ -13,8 +13,8 @@ pub(crate) struct Model<'a> {
     /// `None`: inherited from the upcast target.
     pub(crate) name: Option<String>,
     pub(crate) version: u32,
-    /// `None`: the upcast target's table, or `outbox`.
-    pub(crate) table: Option<String>,
+    /// `None`: the upcast target's table, or `outbox`. With the span of its `table` key.
+    pub(crate) table: Option<(String, proc_macro2::Span)>,
     pub(crate) upcast: Option<Path>,
     pub(crate) aggregate_id: Option<(&'a Ident, &'a Type)>,
     pub(crate) aggregate_version: Option<(&'a Ident, &'a Type)>,
@@ -34,10 +34,17 @@ pub(crate) fn expand(m: &Model) -> TokenStream {
         (None, None) => unreachable!("the name is resolved for a current version"),
     };
     let table = match (&m.table, &m.upcast) {
-        (Some(table), _) => quote!(#table),
+        (Some((table, _)), _) => quote!(#table),
         (None, Some(target)) => quote!(<#target as #event>::TABLE),
         (None, None) => quote!("outbox"),
     };
+    // Spanned on the `table` key: a reserved key word is reported there, at compile time (the
+    // key words are listed once, in the runtime).
+    let reserved_check = m.table.as_ref().map(|(table, span)| {
+        quote_spanned! {*span=>
+            const _: () = __outbox::__private::refuse_reserved_table_name(#table);
+        }
+    });
     let aggregate_type = match (m.aggregate_id, &m.aggregate_type, &m.upcast) {
         (None, _, _) => quote!(::core::option::Option::None),
         (Some(_), Some(t), _) => quote!(::core::option::Option::Some(#t)),
@@ -133,6 +140,7 @@ pub(crate) fn expand(m: &Model) -> TokenStream {
             }
 
             #upcast_check
+            #reserved_check
 
             __outbox::__private::inventory::submit! {
                 __outbox::contract::EventRegistration::of::<#ident>(__TYPE_NAME, #is_current)

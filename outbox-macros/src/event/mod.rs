@@ -69,7 +69,11 @@ fn resolve<'a>(event: EventInput<'a>, krate: syn::Path) -> Model<'a> {
         krate,
         name,
         version: event.attrs.version.as_ref().map(|v| v.value).unwrap_or(1),
-        table: event.attrs.table.as_ref().map(|t| t.value.clone()),
+        table: event
+            .attrs
+            .table
+            .as_ref()
+            .map(|t| (t.value.clone(), t.span())),
         upcast,
         aggregate_id,
         aggregate_version,

@@ -161,7 +161,9 @@ pub const QUEUE_SUFFIX: &str = "_queue";
 
 /// Key words PostgreSQL 15 reserves (the "reserved" and "reserved (can be function or type)"
 /// entries of the SQL Key Words appendix, lowercased): unquoted, none of them can name a table.
-const RESERVED_WORDS: &[&str] = &[
+/// The one list: `#[derive(Event)]` refuses a `table = "..."` on it at compile time through
+/// `macro_support::refuse_reserved_table_name`.
+pub(crate) const RESERVED_WORDS: &[&str] = &[
     "all",
     "analyse",
     "analyze",
