@@ -14,12 +14,22 @@ use metrics::{
     Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
 };
 use outbox_runtime::error::Error;
-use outbox_runtime::worker::Worker;
 use outbox_runtime::worker::metrics as m;
+use outbox_runtime::worker::{Worker, WorkerBuilder};
+use sqlx::PgPool;
 use worker_support::receiver::{Knobs, Receiver};
 use worker_support::*;
 
 const WAIT: Duration = Duration::from_secs(30);
+
+/// A worker named `name` whose receiver logs each delivery under the same name.
+fn logged_worker(pool: &PgPool, name: &str) -> WorkerBuilder {
+    Worker::builder(
+        pool.clone(),
+        Receiver::new(pool.clone(), name, Knobs::default()),
+    )
+    .name(name)
+}
 
 const MAX_BATCH_PANIC: &str = "this sink's batch size was never configured";
 
@@ -64,15 +74,11 @@ async fn a_claimer_that_panics_stops_the_worker_and_its_claimed_events_return_af
     // they are not lost.
     assert_eq!(count_claimed_by(&pool, "broken", "processing").await, 3);
 
-    let next = Worker::builder(
-        pool.clone(),
-        Receiver::new(pool.clone(), "next", Knobs::default()),
-    )
-    .name("next")
-    .maintenance_interval(Duration::from_millis(100))
-    .start()
-    .await
-    .unwrap();
+    let next = logged_worker(&pool, "next")
+        .maintenance_interval(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
     wait_until(
         WAIT,
         "another worker delivers the three once their leases end",
@@ -179,14 +185,7 @@ fn a_completer_that_panics_stops_the_worker_before_it_delivers_what_it_cannot_co
             let db = database().await;
             let pool = db.pool().clone();
             enqueue_jobs(&pool, 0, 1, false).await;
-            let broken = Worker::builder(
-                pool.clone(),
-                Receiver::new(pool.clone(), "broken", Knobs::default()),
-            )
-            .name("broken")
-            .start()
-            .await
-            .unwrap();
+            let broken = logged_worker(&pool, "broken").start().await.unwrap();
             wait_until(WAIT, "the worker stops on its own", || async {
                 broken.is_stopped()
             })
@@ -201,14 +200,7 @@ fn a_completer_that_panics_stops_the_worker_before_it_delivers_what_it_cannot_co
             // which delivers it once (a worker without its completer would have delivered it
             // and then, after every lease, again).
             enqueue_jobs(&pool, 1, 2, true).await;
-            let next = Worker::builder(
-                pool.clone(),
-                Receiver::new(pool.clone(), "next", Knobs::default()),
-            )
-            .name("next")
-            .start()
-            .await
-            .unwrap();
+            let next = logged_worker(&pool, "next").start().await.unwrap();
             wait_until(WAIT, "the next worker delivers the new event", || async {
                 count_status(&pool, "delivered").await == 2
             })
