@@ -471,27 +471,8 @@ fn a_recorder_installed_after_the_first_deliveries_gets_the_event_histograms() {
 
     let late = PrometheusBuilder::new().build_recorder();
     let handle = late.handle();
-    let late_series = [("table", "outbox"), ("event_type", "metrics.late")];
-    let latencies = format!("{}_count", m::DELIVERY_LATENCY_SECONDS);
     let delivered_to_late = metrics::with_local_recorder(&late, || {
-        runtime.block_on(async {
-            let deadline = tokio::time::Instant::now() + DEADLINE;
-            let mut n = 1;
-            loop {
-                n += 1;
-                deliver_late_job(db.pool(), n).await;
-                if sample(&handle.render(), &latencies, &late_series).is_some() {
-                    return n;
-                }
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "{n} events delivered since the recorder was installed, none recorded in it:\n{}",
-                    handle.render()
-                );
-                // One event now and then: the refresh comes with time, not with events.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
+        runtime.block_on(deliver_until_recorded(db.pool(), &handle, 1))
     });
     // The first event after the refresh is recorded; the ones before it went to the recorder
     // the handles were registered with.
@@ -499,5 +480,74 @@ fn a_recorder_installed_after_the_first_deliveries_gets_the_event_histograms() {
     runtime.block_on(async move {
         worker.shutdown().await;
         drop(db);
+    });
+}
+
+/// The per-event delivery latency series of `metrics.late`, as `handle` renders it now.
+fn late_latencies(handle: &PrometheusHandle) -> Option<f64> {
+    let count = format!("{}_count", m::DELIVERY_LATENCY_SECONDS);
+    sample(
+        &handle.render(),
+        &count,
+        &[("table", "outbox"), ("event_type", "metrics.late")],
+    )
+}
+
+/// Deliver one `LateJob` at a time, numbered on from `delivered`, until `handle` renders their
+/// delivery latencies; returns how many were delivered in all.
+async fn deliver_until_recorded(pool: &PgPool, handle: &PrometheusHandle, delivered: i64) -> i64 {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let mut n = delivered;
+    loop {
+        n += 1;
+        deliver_late_job(pool, n).await;
+        if late_latencies(handle).is_some() {
+            return n;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} events delivered, none recorded in this recorder:\n{}",
+            n - delivered,
+            handle.render()
+        );
+        // One event now and then: the refresh comes with time, not with events.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An exporter that drops a series idle past its timeout shows it again once the event type is
+/// delivered again: the worker registers its kept histogram handles anew after about a second,
+/// and the exporter creates the series again. Handles kept for good would go on recording into
+/// the dropped series, which no scrape shows. (A recorder for this thread only, as above.)
+#[test]
+fn an_exporter_that_dropped_an_idle_series_shows_it_again() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let recorder = PrometheusBuilder::new()
+        .idle_timeout(
+            metrics_util::MetricKindMask::HISTOGRAM,
+            Some(Duration::from_millis(300)),
+        )
+        .build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let db = TestDatabase::new().await;
+            let worker = Worker::builder(db.pool().clone(), Accept)
+                .poll_interval(Duration::from_millis(50))
+                .start()
+                .await
+                .unwrap();
+            let delivered = deliver_until_recorded(db.pool(), &handle, 0).await;
+            // A render past the timeout prunes the idle series.
+            wait_until(DEADLINE, "the exporter drops the idle series", || async {
+                late_latencies(&handle).is_none()
+            })
+            .await;
+            deliver_until_recorded(db.pool(), &handle, delivered).await;
+            worker.shutdown().await;
+        })
     });
 }
