@@ -24,7 +24,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use tokio::sync::Notify;
-use worker_support::{Accept, wait_until};
+use worker_support::{Accept, current_thread_runtime, wait_until};
 
 /// Longest wait for any one condition.
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -432,6 +432,16 @@ pub struct LateJob {
     pub n: i64,
 }
 
+/// A worker that accepts every event and polls every 50 ms, so each `LateJob` is delivered
+/// soon after its commit.
+async fn start_late_job_worker(pool: &PgPool) -> outbox_runtime::worker::WorkerHandle {
+    Worker::builder(pool.clone(), Accept)
+        .poll_interval(Duration::from_millis(50))
+        .start()
+        .await
+        .unwrap()
+}
+
 /// Enqueue `LateJob { n }` and wait until `n` events are delivered.
 async fn deliver_late_job(pool: &PgPool, n: i64) {
     let mut tx = pool.begin().await.unwrap();
@@ -454,17 +464,10 @@ async fn deliver_late_job(pool: &PgPool, n: i64) {
 /// runtime, so the other tests' global recorder does not see this.)
 #[test]
 fn a_recorder_installed_after_the_first_deliveries_gets_the_event_histograms() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread_runtime();
     let (db, worker) = runtime.block_on(async {
         let db = TestDatabase::new().await;
-        let worker = Worker::builder(db.pool().clone(), Accept)
-            .poll_interval(Duration::from_millis(50))
-            .start()
-            .await
-            .unwrap();
+        let worker = start_late_job_worker(db.pool()).await;
         deliver_late_job(db.pool(), 1).await;
         (db, worker)
     });
@@ -521,10 +524,7 @@ async fn deliver_until_recorded(pool: &PgPool, handle: &PrometheusHandle, delive
 /// the dropped series, which no scrape shows. (A recorder for this thread only, as above.)
 #[test]
 fn an_exporter_that_dropped_an_idle_series_shows_it_again() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread_runtime();
     let recorder = PrometheusBuilder::new()
         .idle_timeout(
             metrics_util::MetricKindMask::HISTOGRAM,
@@ -535,11 +535,7 @@ fn an_exporter_that_dropped_an_idle_series_shows_it_again() {
     metrics::with_local_recorder(&recorder, || {
         runtime.block_on(async {
             let db = TestDatabase::new().await;
-            let worker = Worker::builder(db.pool().clone(), Accept)
-                .poll_interval(Duration::from_millis(50))
-                .start()
-                .await
-                .unwrap();
+            let worker = start_late_job_worker(db.pool()).await;
             let delivered = deliver_until_recorded(db.pool(), &handle, 0).await;
             // A render past the timeout prunes the idle series.
             wait_until(DEADLINE, "the exporter drops the idle series", || async {

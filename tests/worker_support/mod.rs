@@ -31,6 +31,15 @@ impl outbox_runtime::Sink for Accept {
     }
 }
 
+/// A runtime on this thread alone, for tests that install a metrics recorder for this thread
+/// (`metrics::with_local_recorder`): every task of the worker then records into it.
+pub fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// An event without aggregate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Event)]
 #[outbox(name = "job", version = 1)]
