@@ -10,6 +10,7 @@ mod worker_support;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use outbox_runtime::worker::{SessionRole, application_name};
 use worker_support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -310,6 +311,102 @@ async fn killed_listen_connection_reconnects_and_delivery_continues() {
     assert_eq!(log.len(), 8);
     assert_eq!(by_event(&log).len(), 8);
     assert_eq!(effects(&pool).await, 8);
+}
+
+/// Terminate the sessions of `worker`'s `role` (every one the server has); how many there were.
+async fn terminate_sessions(pool: &sqlx::PgPool, role: SessionRole, worker: &str) -> usize {
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
+    )
+    .bind(application_name(role, worker))
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert!(killed.iter().all(|k| *k), "{killed:?}");
+    killed.len()
+}
+
+/// The claimer keeps its session from one claim to the next (no pool checkout, so no liveness
+/// round trips in front of a claim). A session the server ended while the worker was idle must
+/// cost nothing: the next claim fails on it, and is made again at once on a new session. With
+/// polling every 10 minutes, an event enqueued after the kill reaches the receiver within the
+/// wait only if that happens (a claimer that waited for its next poll after the failure would
+/// not deliver it). Sessions killed mid-drain, the claimer's and the completer's, lose nothing
+/// and deliver nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_claimer_and_completer_sessions_are_replaced_and_lose_nothing() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    let _w = WorkerProcess::spawn(
+        &db.url(),
+        "sessions",
+        &["--poll-ms", "600000", "--delay-ms", "10"],
+    );
+    wait_until(WAIT, "the worker listens", || async {
+        worker_events(&pool, "sessions", "listener_connected").await == 1
+    })
+    .await;
+    enqueue_jobs(&pool, 0, 1, true).await;
+    wait_until(WAIT, "the first event is delivered", || async {
+        count_status(&pool, "delivered").await == 1
+    })
+    .await;
+
+    for round in 1..=2i64 {
+        assert_eq!(
+            terminate_sessions(&pool, SessionRole::Claimer, "sessions").await,
+            1,
+            "the idle worker holds exactly one claimer session"
+        );
+        enqueue_jobs(&pool, round * 10, round * 10 + 1, true).await;
+        wait_until(
+            WAIT,
+            "the event enqueued after the claimer's session was killed is delivered",
+            || async { count_status(&pool, "delivered").await == 1 + round },
+        )
+        .await;
+    }
+
+    // Mid-drain: 400 events, each receiver call 10 ms on 4 slots (a second in all), and the claimer's and the
+    // completer's sessions killed while they are being delivered.
+    enqueue_jobs(&pool, 100, 500, true).await;
+    for kills in 0..4 {
+        wait_until(WAIT, "more events are delivered", || {
+            let pool = pool.clone();
+            async move { count_status(&pool, "delivered").await > 3 + 60 * kills }
+        })
+        .await;
+        terminate_sessions(&pool, SessionRole::Claimer, "sessions").await;
+        terminate_sessions(&pool, SessionRole::Completer, "sessions").await;
+    }
+    wait_until(WAIT, "every event is delivered", || async {
+        count_status(&pool, "delivered").await == 403
+    })
+    .await;
+    let log = received(&pool).await;
+    let events = by_event(&log);
+    assert_eq!(events.len(), 403, "every event reached the receiver");
+    assert_eq!(
+        effects(&pool).await,
+        403,
+        "the receiver kept one effect per event"
+    );
+    assert_eq!(
+        sessions_of(&pool, SessionRole::Claimer, "sessions").await,
+        1,
+        "the claimer holds one session again, not one per failure"
+    );
+}
+
+/// Sessions of `worker`'s `role` open on the server.
+async fn sessions_of(pool: &sqlx::PgPool, role: SessionRole, worker: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
+    )
+    .bind(application_name(role, worker))
+    .fetch_one(pool)
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

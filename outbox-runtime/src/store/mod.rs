@@ -21,7 +21,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::value::RawValue;
 use sqlx::types::Json;
-use sqlx::{PgPool, Row};
+use sqlx::{PgConnection, PgPool, Row};
 use uuid::Uuid;
 
 pub use contract_check::RECHECK_UNREGISTERED;
@@ -519,6 +519,22 @@ impl Store {
         lease: Duration,
         ordered: bool,
     ) -> Result<ClaimedBatch> {
+        let mut session = self.pool.acquire().await?;
+        self.claim_batch_on(&mut session, worker, limit, lease, ordered)
+            .await
+    }
+
+    /// [`Store::claim_batch_outcome`] on a session the caller holds (the worker's claimer keeps
+    /// one for its whole run): no pool checkout, so none of the liveness round trips the pool
+    /// adds to each checkout and return.
+    pub(crate) async fn claim_batch_on(
+        &self,
+        session: &mut PgConnection,
+        worker: &str,
+        limit: i64,
+        lease: Duration,
+        ordered: bool,
+    ) -> Result<ClaimedBatch> {
         let statement = if ordered {
             self.sql.claim_batch_ordered
         } else {
@@ -528,7 +544,7 @@ impl Store {
             .bind(limit)
             .bind(micros(lease))
             .bind(worker)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *session)
             .await?;
         let mut batch = ClaimedBatch::default();
         for row in &rows {
@@ -540,7 +556,7 @@ impl Store {
                     event_type,
                     reason,
                 } => {
-                    let outcome = self.exhaust_undecodable(claim, &reason).await;
+                    let outcome = self.exhaust_undecodable(session, claim, &reason).await;
                     batch.undecodable.push(UndecodableEvent {
                         claim,
                         event_id,
@@ -556,12 +572,17 @@ impl Store {
     }
 
     /// End a just-claimed undecodable row as exhausted with `reason`, if the claim is still ours.
-    async fn exhaust_undecodable(&self, claim: Claim, reason: &str) -> UndecodableOutcome {
+    async fn exhaust_undecodable(
+        &self,
+        session: &mut PgConnection,
+        claim: Claim,
+        reason: &str,
+    ) -> UndecodableOutcome {
         let done = sqlx::query(self.sql.exhaust_undecodable)
             .bind(claim.id)
             .bind(claim.claim_version)
             .bind(reason)
-            .execute(&self.pool)
+            .execute(&mut *session)
             .await;
         match done.map(|d| ownership(d.rows_affected())) {
             Ok(Ownership::Owned) => UndecodableOutcome::Exhausted,
@@ -596,6 +617,23 @@ impl Store {
     pub async fn complete_many_by_deleting_if_owned(&self, claims: &[Claim]) -> Result<Vec<Claim>> {
         self.fenced_batch(self.sql.complete_many_delete, claims, None)
             .await
+    }
+
+    /// [`Store::complete_many_if_owned`], or with `forget_events`
+    /// [`Store::complete_many_by_deleting_if_owned`], on a session the caller holds (the
+    /// worker's completer keeps one; see [`Store::claim_batch_on`]).
+    pub(crate) async fn complete_many_on(
+        &self,
+        session: &mut PgConnection,
+        claims: &[Claim],
+        forget_events: bool,
+    ) -> Result<Vec<Claim>> {
+        let statement = if forget_events {
+            self.sql.complete_many_delete
+        } else {
+            self.sql.complete_many
+        };
+        fenced_batch_on(&mut *session, statement, claims, None).await
     }
 
     /// [`fenced_batch_on`] this store's pool.

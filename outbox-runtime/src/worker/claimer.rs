@@ -17,6 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use super::events::WorkerEvent;
 use super::executor::Executor;
+use super::held_session::HeldSession;
 use super::inflight::local_lease_end;
 use super::{Shared, jittered};
 use crate::error::Result;
@@ -37,6 +38,8 @@ impl Claimer {
     /// or the jittered poll tick.
     pub(crate) async fn run(self) {
         let stop = self.shared.claim_stop.clone();
+        // The claimer's pool has one session, and the claimer is its only user.
+        let mut session = HeldSession::new(self.shared.claim_store.pool().clone(), true);
         loop {
             let room = tokio::select! {
                 biased;
@@ -47,7 +50,7 @@ impl Claimer {
                 },
             };
             let requested = room.num_permits();
-            let full = match self.claim_into(room).await {
+            let full = match self.claim_into(&mut session, room).await {
                 Ok(claimed) => claimed == requested,
                 Err(e) => {
                     tracing::warn!(error = %e, worker = %self.shared.config.name, "claiming failed; trying again after the poll interval");
@@ -127,7 +130,11 @@ impl Claimer {
 
     /// Claim `room.num_permits()` events at most and start one task per event, each taking one
     /// of the holds; surplus holds go back when this returns.
-    async fn claim_into(&self, mut room: OwnedSemaphorePermit) -> Result<usize> {
+    async fn claim_into(
+        &self,
+        session: &mut HeldSession,
+        mut room: OwnedSemaphorePermit,
+    ) -> Result<usize> {
         let shared = &self.shared;
         let limit = i64::try_from(room.num_permits()).unwrap_or(i64::MAX);
         // Taken before the statement is sent: the database's lease cannot end before this plus
@@ -137,15 +144,7 @@ impl Claimer {
         let ClaimedBatch {
             events,
             undecodable,
-        } = shared
-            .claim_store
-            .claim_batch_outcome(
-                &shared.config.name,
-                limit,
-                shared.config.lease,
-                shared.config.ordered,
-            )
-            .await?;
+        } = claim_on_held(session, shared, limit).await?;
         let claimed_at = Instant::now();
         shared.counters.claim_took(claimed_at - sent_at);
         shared.pace.claimed(claimed_at - sent_at);
@@ -204,6 +203,39 @@ impl Claimer {
             );
         }
         Ok(claimed)
+    }
+}
+
+/// Claim up to `limit` events on the claimer's held session; a failure on a session held from
+/// an earlier claim is retried once at once on a fresh one (see [`HeldSession`]). A claim whose
+/// answer was lost with its session is no different from a worker that died after claiming:
+/// its rows come back when their leases run out.
+async fn claim_on_held(
+    session: &mut HeldSession,
+    shared: &Shared,
+    limit: i64,
+) -> Result<ClaimedBatch> {
+    let config = &shared.config;
+    loop {
+        let mut checkout = session.checkout().await?;
+        let claimed = shared
+            .claim_store
+            .claim_batch_on(
+                &mut checkout.session,
+                &config.name,
+                limit,
+                config.lease,
+                config.ordered,
+            )
+            .await;
+        let was_held = checkout.was_held;
+        session.check_in(checkout, claimed.is_ok());
+        match claimed {
+            Err(e) if was_held => {
+                tracing::debug!(error = %e, worker = %config.name, "the claimer's session failed; claiming again on a new session");
+            }
+            claimed => return claimed,
+        }
     }
 }
 

@@ -13,6 +13,8 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::events::WorkerEvent;
+use super::held_session::HeldSession;
+use crate::error::Result;
 use crate::store::{Claim, ClaimedEvent};
 
 /// Attempts at writing one batch before leaving it to lease expiry (and redelivery).
@@ -64,11 +66,20 @@ pub(crate) struct Completer {
     pub(crate) completions: Receiver<Completion>,
 }
 
+/// The completer's session: held between batches unless the completer pool has one session
+/// only, which the failures and releases of running deliveries share with it.
+fn completer_session(shared: &Shared) -> HeldSession {
+    let pool = shared.outcome_store.pool().clone();
+    let hold = pool.options().get_max_connections() > 1;
+    HeldSession::new(pool, hold)
+}
+
 impl Completer {
     /// Run until every sender (the claimer and all delivery tasks) is gone, then flush the rest.
     pub(crate) async fn run(mut self) {
         let max = self.shared.config.completion_batch;
         let mut batch = Vec::with_capacity(max);
+        let mut session = completer_session(&self.shared);
         loop {
             let Some(first) = self.completions.recv().await else {
                 break;
@@ -91,7 +102,7 @@ impl Completer {
                     () = tokio::time::sleep_until(flush_at) => break,
                 }
             }
-            self.flush(&mut batch).await;
+            self.flush(&mut session, &mut batch).await;
             if closed {
                 break;
             }
@@ -99,7 +110,11 @@ impl Completer {
     }
 
     /// Complete `batch` in one statement; returns (completed, stale).
-    async fn flush(&self, batch: &mut Vec<Completion>) -> (usize, usize) {
+    async fn flush(
+        &self,
+        session: &mut HeldSession,
+        batch: &mut Vec<Completion>,
+    ) -> (usize, usize) {
         let shared = &self.shared;
         if batch.is_empty() {
             return (0, 0);
@@ -114,14 +129,7 @@ impl Completer {
         // Set once a write failed: it may have committed before its answer was lost.
         let mut outcome_unknown = false;
         for attempt in 1..=WRITE_ATTEMPTS {
-            let written = if shared.config.deletes_on_completion() {
-                shared
-                    .outcome_store
-                    .complete_many_by_deleting_if_owned(&claims)
-                    .await
-            } else {
-                shared.outcome_store.complete_many_if_owned(&claims).await
-            };
+            let (written, was_held) = self.write(session, &claims).await;
             match written {
                 Ok(mut lost) => {
                     if outcome_unknown && !lost.is_empty() {
@@ -164,8 +172,12 @@ impl Completer {
                 Err(e) if attempt < WRITE_ATTEMPTS => {
                     outcome_unknown = true;
                     tracing::warn!(error = %e, attempt, "writing completions failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
+                    // A session held since the last batch may have died while idle: the retry
+                    // takes a fresh one at once. Other failures back off.
+                    if !was_held {
+                        tokio::time::sleep(delay).await;
+                        delay *= 2;
+                    }
                 }
                 Err(e) => {
                     tracing::error!(
@@ -177,6 +189,31 @@ impl Completer {
             }
         }
         (0, 0)
+    }
+
+    /// Complete `claims` in one fenced statement on the completer's session; also says whether
+    /// the session was held from an earlier batch (see [`HeldSession`]).
+    async fn write(
+        &self,
+        session: &mut HeldSession,
+        claims: &[Claim],
+    ) -> (Result<Vec<Claim>>, bool) {
+        let shared = &self.shared;
+        let mut checkout = match session.checkout().await {
+            Ok(checkout) => checkout,
+            Err(e) => return (Err(e.into()), false),
+        };
+        let written = shared
+            .outcome_store
+            .complete_many_on(
+                &mut checkout.session,
+                claims,
+                shared.config.deletes_on_completion(),
+            )
+            .await;
+        let was_held = checkout.was_held;
+        session.check_in(checkout, written.is_ok());
+        (written, was_held)
     }
 
     /// Of the claims a retried write reported lost, the ones the earlier write whose answer was

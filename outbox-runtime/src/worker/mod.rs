@@ -20,7 +20,8 @@
 //! claim ahead of the sink), `executor.rs` (one delivery:
 //! span, panic catching, outcome), `renewer.rs`, `completer.rs`, `maintenance.rs`,
 //! `listener.rs`, `shutdown.rs` (the handle and the drain), `supervise.rs` (a part that panics
-//! stops the worker), [`sessions`] (a named pool per role), [`metrics`] and [`events`] (the test
+//! stops the worker), [`sessions`] (a named pool per role), `held_session.rs` (the claimer and the
+//! completer keep their session between statements), [`metrics`] and [`events`] (the test
 //! hook).
 //!
 //! # Guarantees
@@ -95,6 +96,7 @@ mod completer;
 pub mod config;
 pub mod events;
 pub(crate) mod executor;
+mod held_session;
 mod inflight;
 mod listener;
 mod maintenance;

@@ -1,0 +1,71 @@
+//! A worker part's database session, held from one statement to the next.
+//!
+//! Every checkout of a pooled connection costs round trips the statement waits for: the pool
+//! checks an idle connection with a ping before handing it out, and pings it again when it
+//! comes back (and the next checkout of that connection waits for that ping). The claimer and
+//! the completer each run one statement at a time, so they keep a session instead: a claim, or
+//! a completion batch, is then one round trip. For an idle queue the claim's round trip is most
+//! of the wake-up latency.
+//!
+//! A session that failed is closed, not kept or put back: the next checkout takes a fresh one
+//! from the pool, which checks it. A held session the server ended while the part was idle (a
+//! restart, `pg_terminate_backend`, an idle timeout) is found out by the statement sent on it,
+//! so the caller retries at once when [`Checkout::was_held`] says the failure may be that.
+
+use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::Postgres;
+
+/// The session one worker part keeps (see the module documentation).
+pub(crate) struct HeldSession {
+    pool: PgPool,
+    held: Option<PoolConnection<Postgres>>,
+    /// Keep the session between statements. Off where the part shares a pool of one
+    /// connection with others, which must not wait for a session it never gives back.
+    hold: bool,
+}
+
+/// A session checked out of a [`HeldSession`] for one statement.
+pub(crate) struct Checkout {
+    pub(crate) session: PoolConnection<Postgres>,
+    /// The session was kept from an earlier statement, so it was not checked since: a failure
+    /// on it may be a session that died while idle, and is worth one immediate retry.
+    pub(crate) was_held: bool,
+}
+
+impl HeldSession {
+    /// Sessions from `pool`, kept between statements when `hold` is true.
+    pub(crate) fn new(pool: PgPool, hold: bool) -> HeldSession {
+        HeldSession {
+            pool,
+            held: None,
+            hold,
+        }
+    }
+
+    /// The held session, or one checked out of the pool.
+    pub(crate) async fn checkout(&mut self) -> sqlx::Result<Checkout> {
+        if let Some(session) = self.held.take() {
+            return Ok(Checkout {
+                session,
+                was_held: true,
+            });
+        }
+        Ok(Checkout {
+            session: self.pool.acquire().await?,
+            was_held: false,
+        })
+    }
+
+    /// Take the session back after its statement: kept when the statement succeeded (and this
+    /// part holds its session), closed when it failed (its state is unknown), else returned to
+    /// the pool.
+    pub(crate) fn check_in(&mut self, checkout: Checkout, succeeded: bool) {
+        let mut session = checkout.session;
+        if !succeeded {
+            session.close_on_drop();
+        } else if self.hold {
+            self.held = Some(session);
+        }
+    }
+}
