@@ -121,6 +121,78 @@ async fn a_waker_whose_pool_was_closed_drops_its_wake_ups_quietly() {
     assert_eq!(waker.notifications_sent(), 0);
 }
 
+/// The waker sends on a session of its own, kept from one wake-up to the next: a wake-up never
+/// waits for a connection of the service's pool (which the business transactions need; before,
+/// every wake-up took one, with a liveness ping on the way out and another on the way back),
+/// and a kept session the server ended is replaced at the next wake-up. Here the service's only
+/// connection is busy in a transaction for the whole test, so a waker that borrowed from the
+/// service's pool would send nothing until the pool's acquire timeout (a minute).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waker_sends_on_its_own_session_and_never_waits_for_the_services_pool() {
+    let db = database().await;
+    let mut listener = PgListener::connect(&db.url()).await.unwrap();
+    listener.listen(&notify_channel("outbox")).await.unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(60))
+        .connect(&db.url())
+        .await
+        .unwrap();
+    let busy = pool.begin().await.unwrap();
+    let waker = Waker::new(pool.clone(), "outbox").unwrap();
+    let waker_sessions = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'outbox-waker outbox' AND datname = current_database()",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+    };
+    assert_eq!(waker_sessions().await, 0, "no wake-up yet, no session");
+
+    for round in 1..=3u64 {
+        waker.wake();
+        let received = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+            .await
+            .unwrap_or_else(|_| panic!("wake-up {round} was not sent within 10 s while the service's only connection was busy"))
+            .unwrap();
+        assert_eq!(received.channel(), "outbox");
+        // Counted once the NOTIFY's answer is back, which may be after the listener heard it.
+        wait_until(WAIT, "the wake-up is counted as sent", || async {
+            waker.notifications_sent() == round
+        })
+        .await;
+        assert_eq!(waker_sessions().await, 1, "one session, kept");
+        if round == 2 {
+            // The server ends the kept session; the next wake-up must still go out, at once.
+            let killed: Vec<bool> = sqlx::query_scalar(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'outbox-waker outbox' AND datname = current_database()",
+            )
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+            assert_eq!(killed, vec![true]);
+            wait_until(WAIT, "the killed session is gone", || async {
+                waker_sessions().await == 0
+            })
+            .await;
+        }
+    }
+    assert_eq!(
+        waker.notifications_failed(),
+        0,
+        "the killed session cost no wake-up"
+    );
+    busy.commit().await.unwrap();
+    drop(waker);
+    wait_until(
+        WAIT,
+        "the waker closes its session when dropped",
+        || async { waker_sessions().await == 0 },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rarely_polling_worker_delivers_as_soon_as_the_service_wakes_it_after_commit() {
     let db = database().await;

@@ -99,6 +99,7 @@ pub mod event;
 #[doc(hidden)]
 pub mod fuzz_targets;
 pub mod generate;
+mod held_session;
 pub mod inbox;
 mod macro_support;
 pub mod migrate;

@@ -61,7 +61,8 @@ impl std::fmt::Debug for Producer {
 }
 
 impl Producer {
-    /// A producer over `pool`; the business transactions and the wake-ups both use it.
+    /// A producer over `pool`: the business transactions are begun on it, and the wake-ups go
+    /// out on one session per table opened with its settings (see [`crate::waker`]).
     pub fn new(pool: PgPool) -> Self {
         Producer {
             pool,

@@ -9,8 +9,10 @@
 //! A [`Waker`] moves the notification out of the business transaction. The service enqueues
 //! with [`EnqueueOptions::without_notify`](crate::store::EnqueueOptions::without_notify),
 //! commits, and then calls [`Waker::wake`], which only sets a flag. A background task sends one
-//! notification at a time on a pooled connection; every `wake` that arrives while one is being
-//! sent is folded into the next. No wake-up is lost: a `wake` called after a commit is followed
+//! notification at a time on a session of its own (opened at the first wake-up with the
+//! service pool's settings, named `outbox-waker <table>` in `pg_stat_activity`, and kept), so a
+//! wake-up never waits for a connection of the service's pool, and is one round trip; every
+//! `wake` that arrives while one is being sent is folded into the next. No wake-up is lost: a `wake` called after a commit is followed
 //! by a notification sent after that call, so after the commit is visible. A transaction that
 //! commits and never calls `wake` is still delivered, by the workers' polling. Once the pool is
 //! closed (the service is shutting down) the wake-ups asked for are dropped quietly and counted
@@ -34,10 +36,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Notify;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::error::Result;
+use crate::held_session::HeldSession;
 use crate::store::{notify_channel, sql};
 
 /// Pause after a failed notification, so a broken connection is not hammered. The workers'
@@ -87,6 +91,7 @@ impl Waker {
         let stop = CancellationToken::new();
         tokio::spawn(send_wake_ups(
             pool,
+            table.to_owned(),
             statement,
             channel,
             min_gap,
@@ -136,37 +141,82 @@ impl std::fmt::Debug for Waker {
 /// The task: one notification per round, each round started after the wake-ups it answers.
 async fn send_wake_ups(
     pool: PgPool,
+    table: String,
     statement: &'static str,
     channel: String,
     min_gap: Duration,
     signal: Arc<Signal>,
     stop: CancellationToken,
 ) {
+    let own = own_pool(&pool, &table);
+    let mut session = HeldSession::new(own.clone(), true);
     loop {
         tokio::select! {
             // A wake-up asked for before the last handle went is still sent.
             biased;
             () = signal.requested.notified() => {}
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => break,
         }
-        match sqlx::query(statement).bind(&channel).execute(&pool).await {
-            // A service that shuts down closes its pool, often right after its last commit
-            // asked for a wake-up: the end of the service, not a failed notification.
-            Err(_) if pool.is_closed() => {
-                signal.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(_) => {
+        // A service that shuts down closes its pool, often right after its last commit asked
+        // for a wake-up: the end of the service, not a failed notification.
+        if pool.is_closed() {
+            signal.dropped.fetch_add(1, Ordering::Relaxed);
+            own.close().await;
+            continue;
+        }
+        match notify(&mut session, statement, &channel).await {
+            Ok(()) => {
                 signal.sent.fetch_add(1, Ordering::Relaxed);
                 // Wake-ups asked for meanwhile are stored (one permit) and answered next round.
                 if !min_gap.is_zero() {
                     tokio::time::sleep(min_gap).await;
                 }
             }
+            Err(_) if pool.is_closed() => {
+                signal.dropped.fetch_add(1, Ordering::Relaxed);
+            }
             Err(error) => {
                 signal.failed.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%error, channel, "sending a wake-up failed; the workers' polling picks the events up");
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
+        }
+    }
+    drop(session);
+    own.close().await;
+}
+
+/// The waker's own pool of one session: the service pool's connect options (host, credentials,
+/// TLS, `search_path`) and pool options (timeouts, `after_connect`), named for
+/// `pg_stat_activity`. Lazy: a waker that is never woken opens nothing.
+fn own_pool(pool: &PgPool, table: &str) -> PgPool {
+    let connect = pool
+        .connect_options()
+        .as_ref()
+        .clone()
+        .application_name(&format!("outbox-waker {table}"));
+    let options: PgPoolOptions = pool.options().clone().min_connections(0).max_connections(1);
+    options.connect_lazy_with(connect)
+}
+
+/// Send one notification on the waker's session; a failure on a session kept from an earlier
+/// wake-up (it may have died while idle) is retried once at once on a fresh one.
+async fn notify(
+    session: &mut HeldSession,
+    statement: &'static str,
+    channel: &str,
+) -> sqlx::Result<()> {
+    loop {
+        let mut checkout = session.checkout().await?;
+        let sent = sqlx::query(statement)
+            .bind(channel)
+            .execute(&mut *checkout.session)
+            .await;
+        let was_held = checkout.was_held;
+        session.check_in(checkout, sent.is_ok());
+        match sent {
+            Err(_) if was_held => continue,
+            sent => return sent.map(|_| ()),
         }
     }
 }

@@ -17,10 +17,10 @@ use tokio_util::task::TaskTracker;
 
 use super::events::WorkerEvent;
 use super::executor::Executor;
-use super::held_session::HeldSession;
 use super::inflight::local_lease_end;
 use super::{Shared, jittered};
 use crate::error::Result;
+use crate::held_session::HeldSession;
 use crate::store::{ClaimedBatch, UndecodableEvent, UndecodableOutcome};
 
 pub(crate) struct Claimer {

@@ -13,8 +13,8 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::events::WorkerEvent;
-use super::held_session::HeldSession;
 use crate::error::Result;
+use crate::held_session::HeldSession;
 use crate::store::{Claim, ClaimedEvent};
 
 /// Attempts at writing one batch before leaving it to lease expiry (and redelivery).

@@ -20,9 +20,9 @@
 //! claim ahead of the sink), `executor.rs` (one delivery:
 //! span, panic catching, outcome), `renewer.rs`, `completer.rs`, `maintenance.rs`,
 //! `listener.rs`, `shutdown.rs` (the handle and the drain), `supervise.rs` (a part that panics
-//! stops the worker), [`sessions`] (a named pool per role), `held_session.rs` (the claimer and the
-//! completer keep their session between statements), [`metrics`] and [`events`] (the test
-//! hook).
+//! stops the worker), [`sessions`] (a named pool per role; the claimer and the completer keep
+//! their session between statements, see `held_session.rs`), [`metrics`] and [`events`] (the
+//! test hook).
 //!
 //! # Guarantees
 //!
@@ -96,7 +96,6 @@ mod completer;
 pub mod config;
 pub mod events;
 pub(crate) mod executor;
-mod held_session;
 mod inflight;
 mod listener;
 mod maintenance;

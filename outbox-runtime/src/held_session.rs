@@ -1,11 +1,12 @@
-//! A worker part's database session, held from one statement to the next.
+//! A database session held from one statement to the next, for the parts that run one
+//! statement at a time on a session of their own: the worker's claimer and completer, and the
+//! waker.
 //!
 //! Every checkout of a pooled connection costs round trips the statement waits for: the pool
 //! checks an idle connection with a ping before handing it out, and pings it again when it
-//! comes back (and the next checkout of that connection waits for that ping). The claimer and
-//! the completer each run one statement at a time, so they keep a session instead: a claim, or
-//! a completion batch, is then one round trip. For an idle queue the claim's round trip is most
-//! of the wake-up latency.
+//! comes back (and the next checkout of that connection waits for that ping). Kept, a session
+//! runs a claim, a completion batch or a wake-up in one round trip. For an idle queue the
+//! claim's round trip and the wake-up's are most of the wake-up latency.
 //!
 //! A session that failed is closed, not kept or put back: the next checkout takes a fresh one
 //! from the pool, which checks it. A held session the server ended while the part was idle (a
@@ -16,7 +17,7 @@ use sqlx::PgPool;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::Postgres;
 
-/// The session one worker part keeps (see the module documentation).
+/// The session one part keeps (see the module documentation).
 pub(crate) struct HeldSession {
     pool: PgPool,
     held: Option<PoolConnection<Postgres>>,
