@@ -1,6 +1,7 @@
 //! Process-level faults against real worker processes (`examples/crash_target.rs`): SIGKILL
 //! after claiming, a lease that runs out under a slow handler, renewal keeping a long delivery
-//! single, a lost response, a killed LISTEN connection, graceful shutdown mid-stream, and
+//! single, a lost response, a killed LISTEN connection, killed claimer and completer sessions,
+//! graceful shutdown mid-stream, and
 //! per-aggregate ordering across four processes. Each test checks the outbox rows and what the
 //! receiver recorded (a delivered event keeps no queue row: what the claim that delivered it
 //! had, its attempt, claim version, lease expiries and failures, the receiver's log records).
@@ -264,29 +265,14 @@ async fn lost_response_is_redelivered_with_the_same_key_and_the_receiver_keeps_o
 async fn killed_listen_connection_reconnects_and_delivery_continues() {
     let db = database().await;
     let pool = db.pool().clone();
-    // Polling every 10 minutes: anything delivered promptly came through NOTIFY or the poll
-    // that follows a reconnect.
-    let _w = WorkerProcess::spawn(&db.url(), "listener", &["--poll-ms", "600000"]);
-    wait_until(WAIT, "the worker listens", || async {
-        worker_events(&pool, "listener", "listener_connected").await == 1
-    })
-    .await;
-    enqueue_jobs(&pool, 0, 1, true).await;
-    wait_until(WAIT, "the first event is delivered", || async {
-        count_status(&pool, "delivered").await == 1
-    })
-    .await;
+    let _w = listening_worker_with_one_delivery(&db.url(), &pool, "listener", &[]).await;
 
-    let app = outbox_runtime::worker::listener_application_name("listener");
     for round in 1..=2i64 {
-        let killed: Vec<bool> = sqlx::query_scalar(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
-        )
-        .bind(&app)
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-        assert_eq!(killed, vec![true], "exactly one LISTEN session, terminated");
+        assert_eq!(
+            terminate_sessions(&pool, SessionRole::Listener, "listener").await,
+            1,
+            "exactly one LISTEN session, terminated"
+        );
         // Enqueued right after the kill: its notification may well be lost.
         enqueue_jobs(&pool, round * 10, round * 10 + 3, true).await;
         wait_until(WAIT, "the listener reconnected", || async {
@@ -313,6 +299,33 @@ async fn killed_listen_connection_reconnects_and_delivery_continues() {
     assert_eq!(effects(&pool).await, 8);
 }
 
+/// A worker process named `name` that polls every 10 minutes (so anything it delivers promptly
+/// came through NOTIFY, or the claim that follows a reconnect), once it listens and has
+/// delivered one event.
+async fn listening_worker_with_one_delivery(
+    url: &str,
+    pool: &sqlx::PgPool,
+    name: &str,
+    args: &[&str],
+) -> WorkerProcess {
+    let args: Vec<&str> = ["--poll-ms", "600000"]
+        .iter()
+        .chain(args)
+        .copied()
+        .collect();
+    let worker = WorkerProcess::spawn(url, name, &args);
+    wait_until(WAIT, "the worker listens", || async {
+        worker_events(pool, name, "listener_connected").await == 1
+    })
+    .await;
+    enqueue_jobs(pool, 0, 1, true).await;
+    wait_until(WAIT, "the first event is delivered", || async {
+        count_status(pool, "delivered").await == 1
+    })
+    .await;
+    worker
+}
+
 /// Terminate the sessions of `worker`'s `role` (every one the server has); how many there were.
 async fn terminate_sessions(pool: &sqlx::PgPool, role: SessionRole, worker: &str) -> usize {
     let killed: Vec<bool> = sqlx::query_scalar(
@@ -337,20 +350,9 @@ async fn terminate_sessions(pool: &sqlx::PgPool, role: SessionRole, worker: &str
 async fn killed_claimer_and_completer_sessions_are_replaced_and_lose_nothing() {
     let db = database().await;
     let pool = db.pool().clone();
-    let _w = WorkerProcess::spawn(
-        &db.url(),
-        "sessions",
-        &["--poll-ms", "600000", "--delay-ms", "10"],
-    );
-    wait_until(WAIT, "the worker listens", || async {
-        worker_events(&pool, "sessions", "listener_connected").await == 1
-    })
-    .await;
-    enqueue_jobs(&pool, 0, 1, true).await;
-    wait_until(WAIT, "the first event is delivered", || async {
-        count_status(&pool, "delivered").await == 1
-    })
-    .await;
+    let _w =
+        listening_worker_with_one_delivery(&db.url(), &pool, "sessions", &["--delay-ms", "10"])
+            .await;
 
     for round in 1..=2i64 {
         assert_eq!(
