@@ -734,6 +734,58 @@ async fn start_returns_with_the_claimer_and_the_completer_sessions_open() {
     worker.shutdown().await;
 }
 
+/// The backend pids of the worker named `worker`'s sessions for `role`.
+async fn role_pids(pool: &sqlx::PgPool, role: SessionRole, worker: &str) -> Vec<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity
+         WHERE datname = current_database() AND application_name = $1 ORDER BY pid",
+    )
+    .bind(application_name(role, worker))
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// The claimer keeps its session from one claim to the next (no pool checkout, so no liveness
+/// pings in front of a claim), but not beyond the service pool's `max_lifetime`: a service that
+/// rotates its connections sees the claimer's rotate too. With a lifetime of one second and a
+/// claim every 20 ms, the claimer's session must change; one kept for good never would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_claimer_session_goes_back_to_the_pool_after_its_max_lifetime() {
+    let db = database().await;
+    let rotating = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .max_lifetime(Duration::from_secs(1))
+        .connect(&db.url())
+        .await
+        .unwrap();
+    let pool = db.pool().clone();
+    let receiver = Receiver::new(pool.clone(), "w", Knobs::default());
+    let worker = Worker::builder(rotating.clone(), receiver)
+        .name("rotating")
+        .maintenance(false)
+        .listen(false)
+        .poll_interval(Duration::from_millis(20))
+        .start()
+        .await
+        .unwrap();
+    let first = role_pids(&pool, SessionRole::Claimer, "rotating").await;
+    assert_eq!(first.len(), 1, "{first:?}");
+    wait_until(WAIT, "the claimer's session was replaced", || async {
+        let now = role_pids(&pool, SessionRole::Claimer, "rotating").await;
+        now.len() == 1 && now != first
+    })
+    .await;
+    // Still claiming on the new one.
+    enqueue_jobs(&pool, 0, 3, false).await;
+    wait_until(WAIT, "the events are delivered", || async {
+        count_status(&pool, "delivered").await == 3
+    })
+    .await;
+    worker.shutdown().await;
+    rotating.close().await;
+}
+
 /// A start the contract check refuses closes the sessions it opened beside the check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_start_leaves_no_session_open() {

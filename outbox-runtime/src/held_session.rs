@@ -12,6 +12,13 @@
 //! from the pool, which checks it. A held session the server ended while the part was idle (a
 //! restart, `pg_terminate_backend`, an idle timeout) is found out by the statement sent on it,
 //! so the caller retries at once when [`Checkout::was_held`] says the failure may be that.
+//!
+//! A kept session is handed back to the pool once it has been kept for the pool's
+//! `max_lifetime` (sqlx's default 30 minutes; none kept for ever), at its next check-in: the
+//! pool then closes it if it is past that age, as for any connection, and the next statement
+//! checks one out afresh. A service that rotates its connections keeps doing so.
+
+use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use sqlx::pool::PoolConnection;
@@ -24,6 +31,10 @@ pub(crate) struct HeldSession {
     /// Keep the session between statements. Off where the part shares a pool of one
     /// connection with others, which must not wait for a session it never gives back.
     hold: bool,
+    /// When the session in use was checked out of the pool.
+    checked_out_at: Instant,
+    /// The pool's `max_lifetime`: how long a session is kept before it goes back to the pool.
+    keep_for: Option<Duration>,
 }
 
 /// A session checked out of a [`HeldSession`] for one statement.
@@ -37,10 +48,13 @@ pub(crate) struct Checkout {
 impl HeldSession {
     /// Sessions from `pool`, kept between statements when `hold` is true.
     pub(crate) fn new(pool: PgPool, hold: bool) -> HeldSession {
+        let keep_for = pool.options().get_max_lifetime();
         HeldSession {
             pool,
             held: None,
             hold,
+            checked_out_at: Instant::now(),
+            keep_for,
         }
     }
 
@@ -52,20 +66,25 @@ impl HeldSession {
                 was_held: true,
             });
         }
+        let session = self.pool.acquire().await?;
+        self.checked_out_at = Instant::now();
         Ok(Checkout {
-            session: self.pool.acquire().await?,
+            session,
             was_held: false,
         })
     }
 
     /// Take the session back after its statement: kept when the statement succeeded (and this
-    /// part holds its session), closed when it failed (its state is unknown), else returned to
-    /// the pool.
+    /// part holds its session, and has not kept it for the pool's `max_lifetime` yet), closed
+    /// when it failed (its state is unknown), else returned to the pool.
     pub(crate) fn check_in(&mut self, checkout: Checkout, succeeded: bool) {
         let mut session = checkout.session;
+        let kept_long_enough = self
+            .keep_for
+            .is_some_and(|keep_for| self.checked_out_at.elapsed() >= keep_for);
         if !succeeded {
             session.close_on_drop();
-        } else if self.hold {
+        } else if self.hold && !kept_long_enough {
             self.held = Some(session);
         }
     }
