@@ -269,7 +269,7 @@ async fn killed_listen_connection_reconnects_and_delivery_continues() {
 
     for round in 1..=2i64 {
         assert_eq!(
-            terminate_sessions(&pool, SessionRole::Listener, "listener").await,
+            terminate_sessions(&pool, &application_name(SessionRole::Listener, "listener")).await,
             1,
             "exactly one LISTEN session, terminated"
         );
@@ -326,19 +326,6 @@ async fn listening_worker_with_one_delivery(
     worker
 }
 
-/// Terminate the sessions of `worker`'s `role` (every one the server has); how many there were.
-async fn terminate_sessions(pool: &sqlx::PgPool, role: SessionRole, worker: &str) -> usize {
-    let killed: Vec<bool> = sqlx::query_scalar(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
-    )
-    .bind(application_name(role, worker))
-    .fetch_all(pool)
-    .await
-    .unwrap();
-    assert!(killed.iter().all(|k| *k), "{killed:?}");
-    killed.len()
-}
-
 /// The claimer keeps its session from one claim to the next (no pool checkout, so no liveness
 /// round trips in front of a claim). A session the server ended while the worker was idle must
 /// cost nothing: the next claim fails on it, and is made again at once on a new session. With
@@ -356,7 +343,7 @@ async fn killed_claimer_and_completer_sessions_are_replaced_and_lose_nothing() {
 
     for round in 1..=2i64 {
         assert_eq!(
-            terminate_sessions(&pool, SessionRole::Claimer, "sessions").await,
+            terminate_sessions(&pool, &application_name(SessionRole::Claimer, "sessions")).await,
             1,
             "the idle worker holds exactly one claimer session"
         );
@@ -378,8 +365,8 @@ async fn killed_claimer_and_completer_sessions_are_replaced_and_lose_nothing() {
             async move { count_status(&pool, "delivered").await > 3 + 60 * kills }
         })
         .await;
-        terminate_sessions(&pool, SessionRole::Claimer, "sessions").await;
-        terminate_sessions(&pool, SessionRole::Completer, "sessions").await;
+        terminate_sessions(&pool, &application_name(SessionRole::Claimer, "sessions")).await;
+        terminate_sessions(&pool, &application_name(SessionRole::Completer, "sessions")).await;
     }
     wait_until(WAIT, "every event is delivered", || async {
         count_status(&pool, "delivered").await == 403
@@ -394,21 +381,12 @@ async fn killed_claimer_and_completer_sessions_are_replaced_and_lose_nothing() {
         "the receiver kept one effect per event"
     );
     assert_eq!(
-        sessions_of(&pool, SessionRole::Claimer, "sessions").await,
+        session_pids(&pool, &application_name(SessionRole::Claimer, "sessions"))
+            .await
+            .len(),
         1,
         "the claimer holds one session again, not one per failure"
     );
-}
-
-/// Sessions of `worker`'s `role` open on the server.
-async fn sessions_of(pool: &sqlx::PgPool, role: SessionRole, worker: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
-    )
-    .bind(application_name(role, worker))
-    .fetch_one(pool)
-    .await
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -734,18 +734,6 @@ async fn start_returns_with_the_claimer_and_the_completer_sessions_open() {
     worker.shutdown().await;
 }
 
-/// The backend pids of the worker named `worker`'s sessions for `role`.
-async fn role_pids(pool: &sqlx::PgPool, role: SessionRole, worker: &str) -> Vec<i32> {
-    sqlx::query_scalar(
-        "SELECT pid FROM pg_stat_activity
-         WHERE datname = current_database() AND application_name = $1 ORDER BY pid",
-    )
-    .bind(application_name(role, worker))
-    .fetch_all(pool)
-    .await
-    .unwrap()
-}
-
 /// The claimer keeps its session from one claim to the next (no pool checkout, so no liveness
 /// pings in front of a claim), but not beyond the service pool's `max_lifetime`: a service that
 /// rotates its connections sees the claimer's rotate too. With a lifetime of one second and a
@@ -769,10 +757,11 @@ async fn a_kept_claimer_session_goes_back_to_the_pool_after_its_max_lifetime() {
         .start()
         .await
         .unwrap();
-    let first = role_pids(&pool, SessionRole::Claimer, "rotating").await;
+    let claimer = application_name(SessionRole::Claimer, "rotating");
+    let first = session_pids(&pool, &claimer).await;
     assert_eq!(first.len(), 1, "{first:?}");
     wait_until(WAIT, "the claimer's session was replaced", || async {
-        let now = role_pids(&pool, SessionRole::Claimer, "rotating").await;
+        let now = session_pids(&pool, &claimer).await;
         now.len() == 1 && now != first
     })
     .await;

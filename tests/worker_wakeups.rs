@@ -140,14 +140,7 @@ async fn a_waker_sends_on_its_own_session_and_never_waits_for_the_services_pool(
         .unwrap();
     let busy = pool.begin().await.unwrap();
     let waker = Waker::new(pool.clone(), "outbox").unwrap();
-    let waker_sessions = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'outbox-waker outbox' AND datname = current_database()",
-        )
-        .fetch_one(db.pool())
-        .await
-        .unwrap()
-    };
+    let waker_sessions = || async { session_pids(db.pool(), "outbox-waker outbox").await.len() };
     assert_eq!(waker_sessions().await, 0, "no wake-up yet, no session");
 
     for round in 1..=3u64 {
@@ -165,13 +158,10 @@ async fn a_waker_sends_on_its_own_session_and_never_waits_for_the_services_pool(
         assert_eq!(waker_sessions().await, 1, "one session, kept");
         if round == 2 {
             // The server ends the kept session; the next wake-up must still go out, at once.
-            let killed: Vec<bool> = sqlx::query_scalar(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'outbox-waker outbox' AND datname = current_database()",
-            )
-            .fetch_all(db.pool())
-            .await
-            .unwrap();
-            assert_eq!(killed, vec![true]);
+            assert_eq!(
+                terminate_sessions(db.pool(), "outbox-waker outbox").await,
+                1
+            );
             wait_until(WAIT, "the killed session is gone", || async {
                 waker_sessions().await == 0
             })

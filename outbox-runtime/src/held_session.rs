@@ -1,6 +1,7 @@
-//! A database session held from one statement to the next, for the parts that run one
-//! statement at a time on a session of their own: the worker's claimer and completer, and the
-//! waker.
+//! The sessions the outbox's own parts run on: a pool derived from the service's
+//! ([`derived_pool`]: the worker's roles and the waker), and a session held from one statement
+//! to the next ([`HeldSession`]), for the parts that run one statement at a time: the worker's
+//! claimer and completer, and the waker.
 //!
 //! Every checkout of a pooled connection costs round trips the statement waits for: the pool
 //! checks an idle connection with a ping before handing it out, and pings it again when it
@@ -11,7 +12,7 @@
 //! A session that failed is closed, not kept or put back: the next checkout takes a fresh one
 //! from the pool, which checks it. A held session the server ended while the part was idle (a
 //! restart, `pg_terminate_backend`, an idle timeout) is found out by the statement sent on it,
-//! so the caller retries at once when [`Checkout::was_held`] says the failure may be that.
+//! so the caller retries at once when [`HeldSession::check_in`] says the failure may be that.
 //!
 //! A kept session is handed back to the pool once it has been kept for the pool's
 //! `max_lifetime` (sqlx's default 30 minutes; none kept for ever), at its next check-in: the
@@ -22,7 +23,25 @@ use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::Postgres;
+use sqlx::postgres::{PgPoolOptions, Postgres};
+
+/// A lazy pool of at most `max` sessions named `application_name` in `pg_stat_activity`, built
+/// from the service's `pool`: its connect options (host, credentials, TLS, `search_path`) and
+/// pool options (timeouts, `after_connect`), without an idle minimum. Nothing is connected until
+/// a statement needs it.
+pub(crate) fn derived_pool(pool: &PgPool, application_name: &str, max: u32) -> PgPool {
+    let named = pool
+        .connect_options()
+        .as_ref()
+        .clone()
+        .application_name(application_name);
+    let options: PgPoolOptions = pool
+        .options()
+        .clone()
+        .min_connections(0)
+        .max_connections(max);
+    options.connect_lazy_with(named)
+}
 
 /// The session one part keeps (see the module documentation).
 pub(crate) struct HeldSession {
@@ -42,7 +61,7 @@ pub(crate) struct Checkout {
     pub(crate) session: PoolConnection<Postgres>,
     /// The session was kept from an earlier statement, so it was not checked since: a failure
     /// on it may be a session that died while idle, and is worth one immediate retry.
-    pub(crate) was_held: bool,
+    was_held: bool,
 }
 
 impl HeldSession {
@@ -74,18 +93,23 @@ impl HeldSession {
         })
     }
 
-    /// Take the session back after its statement: kept when the statement succeeded (and this
-    /// part holds its session, and has not kept it for the pool's `max_lifetime` yet), closed
-    /// when it failed (its state is unknown), else returned to the pool.
-    pub(crate) fn check_in(&mut self, checkout: Checkout, succeeded: bool) {
+    /// Take the session back after its statement ended with `result`: kept when the statement
+    /// succeeded (and this part holds its session, and has not kept it for the pool's
+    /// `max_lifetime` yet), closed when it failed (its state is unknown), else returned to the
+    /// pool. True when the statement is worth sending again at once, on a fresh session: it
+    /// failed on a session kept from an earlier statement, which may have died while idle.
+    pub(crate) fn check_in<T, E>(&mut self, checkout: Checkout, result: &Result<T, E>) -> bool {
         let mut session = checkout.session;
         let kept_long_enough = self
             .keep_for
             .is_some_and(|keep_for| self.checked_out_at.elapsed() >= keep_for);
-        if !succeeded {
+        if result.is_err() {
             session.close_on_drop();
-        } else if self.hold && !kept_long_enough {
+            return checkout.was_held;
+        }
+        if self.hold && !kept_long_enough {
             self.held = Some(session);
         }
+        false
     }
 }

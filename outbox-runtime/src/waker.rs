@@ -12,8 +12,9 @@
 //! notification at a time on a session of its own (opened at the first wake-up with the
 //! service pool's settings, named `outbox-waker <table>` in `pg_stat_activity`, and kept), so a
 //! wake-up never waits for a connection of the service's pool, and is one round trip; every
-//! `wake` that arrives while one is being sent is folded into the next. No wake-up is lost: a `wake` called after a commit is followed
-//! by a notification sent after that call, so after the commit is visible. A transaction that
+//! `wake` that arrives while one is being sent is folded into the next. No wake-up is lost: a
+//! `wake` called after a commit is followed by a notification sent after that call, so after
+//! the commit is visible. A transaction that
 //! commits and never calls `wake` is still delivered, by the workers' polling. Once the pool is
 //! closed (the service is shutting down) the wake-ups asked for are dropped quietly and counted
 //! ([`Waker::notifications_dropped`]).
@@ -36,12 +37,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Notify;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::error::Result;
-use crate::held_session::HeldSession;
+use crate::held_session::{HeldSession, derived_pool};
 use crate::store::{notify_channel, sql};
 
 /// Pause after a failed notification, so a broken connection is not hammered. The workers'
@@ -148,7 +148,8 @@ async fn send_wake_ups(
     signal: Arc<Signal>,
     stop: CancellationToken,
 ) {
-    let own = own_pool(&pool, &table);
+    // Named after its table, which is at most 43 bytes: the name fits PostgreSQL's 63.
+    let own = derived_pool(&pool, &format!("outbox-waker {table}"), 1);
     let mut session = HeldSession::new(own.clone(), true);
     loop {
         tokio::select! {
@@ -186,19 +187,6 @@ async fn send_wake_ups(
     own.close().await;
 }
 
-/// The waker's own pool of one session: the service pool's connect options (host, credentials,
-/// TLS, `search_path`) and pool options (timeouts, `after_connect`), named for
-/// `pg_stat_activity`. Lazy: a waker that is never woken opens nothing.
-fn own_pool(pool: &PgPool, table: &str) -> PgPool {
-    let connect = pool
-        .connect_options()
-        .as_ref()
-        .clone()
-        .application_name(&format!("outbox-waker {table}"));
-    let options: PgPoolOptions = pool.options().clone().min_connections(0).max_connections(1);
-    options.connect_lazy_with(connect)
-}
-
 /// Send one notification on the waker's session; a failure on a session kept from an earlier
 /// wake-up (it may have died while idle) is retried once at once on a fresh one.
 async fn notify(
@@ -212,11 +200,8 @@ async fn notify(
             .bind(channel)
             .execute(&mut *checkout.session)
             .await;
-        let was_held = checkout.was_held;
-        session.check_in(checkout, sent.is_ok());
-        match sent {
-            Err(_) if was_held => continue,
-            sent => return sent.map(|_| ()),
+        if !session.check_in(checkout, &sent) {
+            return sent.map(|_| ());
         }
     }
 }

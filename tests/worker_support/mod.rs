@@ -336,6 +336,33 @@ pub async fn worker_events(pool: &PgPool, worker: &str, kind: &str) -> i64 {
         .unwrap()
 }
 
+/// Backend pids of the sessions in the test's database named `application_name`, in order.
+pub async fn session_pids(pool: &PgPool, application_name: &str) -> Vec<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity
+         WHERE datname = current_database() AND application_name = $1 ORDER BY pid",
+    )
+    .bind(application_name)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Terminate every session in the test's database named `application_name` (each must end);
+/// how many there were.
+pub async fn terminate_sessions(pool: &PgPool, application_name: &str) -> usize {
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE datname = current_database() AND application_name = $1",
+    )
+    .bind(application_name)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert!(killed.iter().all(|k| *k), "{killed:?}");
+    killed.len()
+}
+
 /// Wait until `check` is true, polling every 50 ms; panics with `what` after `timeout`.
 /// (A bound on a wait that should succeed, not an assertion about speed.)
 pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut check: F)

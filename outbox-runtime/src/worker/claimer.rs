@@ -128,8 +128,10 @@ impl Claimer {
         }
     }
 
-    /// Claim `room.num_permits()` events at most and start one task per event, each taking one
-    /// of the holds; surplus holds go back when this returns.
+    /// Claim `room.num_permits()` events at most on the claimer's kept `session` and start one
+    /// task per event, each taking one of the holds; surplus holds go back when this returns. A
+    /// claim whose answer was lost with its session is no different from a worker that died
+    /// after claiming: its rows come back when their leases run out.
     async fn claim_into(
         &self,
         session: &mut HeldSession,
@@ -144,7 +146,26 @@ impl Claimer {
         let ClaimedBatch {
             events,
             undecodable,
-        } = claim_on_held(session, shared, limit).await?;
+        } = loop {
+            let config = &shared.config;
+            let mut checkout = session.checkout().await?;
+            let claimed = shared
+                .claim_store
+                .claim_batch_on(
+                    &mut checkout.session,
+                    &config.name,
+                    limit,
+                    config.lease,
+                    config.ordered,
+                )
+                .await;
+            if !session.check_in(checkout, &claimed) {
+                break claimed?;
+            }
+            if let Err(error) = claimed {
+                tracing::debug!(%error, worker = %config.name, "the claimer's kept session failed; claiming again on a new session");
+            }
+        };
         let claimed_at = Instant::now();
         shared.counters.claim_took(claimed_at - sent_at);
         shared.pace.claimed(claimed_at - sent_at);
@@ -203,39 +224,6 @@ impl Claimer {
             );
         }
         Ok(claimed)
-    }
-}
-
-/// Claim up to `limit` events on the claimer's held session; a failure on a session held from
-/// an earlier claim is retried once at once on a fresh one (see [`HeldSession`]). A claim whose
-/// answer was lost with its session is no different from a worker that died after claiming:
-/// its rows come back when their leases run out.
-async fn claim_on_held(
-    session: &mut HeldSession,
-    shared: &Shared,
-    limit: i64,
-) -> Result<ClaimedBatch> {
-    let config = &shared.config;
-    loop {
-        let mut checkout = session.checkout().await?;
-        let claimed = shared
-            .claim_store
-            .claim_batch_on(
-                &mut checkout.session,
-                &config.name,
-                limit,
-                config.lease,
-                config.ordered,
-            )
-            .await;
-        let was_held = checkout.was_held;
-        session.check_in(checkout, claimed.is_ok());
-        match claimed {
-            Err(e) if was_held => {
-                tracing::debug!(error = %e, worker = %config.name, "the claimer's session failed; claiming again on a new session");
-            }
-            claimed => return claimed,
-        }
     }
 }
 

@@ -129,7 +129,7 @@ impl Completer {
         // Set once a write failed: it may have committed before its answer was lost.
         let mut outcome_unknown = false;
         for attempt in 1..=WRITE_ATTEMPTS {
-            let (written, was_held) = self.write(session, &claims).await;
+            let (written, retry_at_once) = self.write(session, &claims).await;
             match written {
                 Ok(mut lost) => {
                     if outcome_unknown && !lost.is_empty() {
@@ -174,7 +174,7 @@ impl Completer {
                     tracing::warn!(error = %e, attempt, "writing completions failed; retrying");
                     // A session held since the last batch may have died while idle: the retry
                     // takes a fresh one at once. Other failures back off.
-                    if !was_held {
+                    if !retry_at_once {
                         tokio::time::sleep(delay).await;
                         delay *= 2;
                     }
@@ -192,7 +192,8 @@ impl Completer {
     }
 
     /// Complete `claims` in one fenced statement on the completer's session; also says whether
-    /// the session was held from an earlier batch (see [`HeldSession`]).
+    /// a failure is worth retrying at once (it failed on a session kept from an earlier batch,
+    /// see [`HeldSession::check_in`]).
     async fn write(
         &self,
         session: &mut HeldSession,
@@ -211,9 +212,8 @@ impl Completer {
                 shared.config.deletes_on_completion(),
             )
             .await;
-        let was_held = checkout.was_held;
-        session.check_in(checkout, written.is_ok());
-        (written, was_held)
+        let retry_at_once = session.check_in(checkout, &written);
+        (written, retry_at_once)
     }
 
     /// Of the claims a retried write reported lost, the ones the earlier write whose answer was

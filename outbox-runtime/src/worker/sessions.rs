@@ -15,7 +15,9 @@
 //! for its statements. They close when the worker stops.
 
 use sqlx::PgPool;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
+
+use crate::held_session::derived_pool;
 
 /// Sessions of the completer role at most: completion batches, and the failures and releases of
 /// running deliveries, which can be written at once.
@@ -91,15 +93,9 @@ pub(crate) struct Sessions {
 impl Sessions {
     /// Lazy pools for the worker `worker`, derived from the service's `pool`.
     pub(crate) fn open(pool: &PgPool, worker: &str) -> Sessions {
-        let connect = pool.connect_options().as_ref().clone();
-        let options = pool.options().clone().min_connections(0);
-        let service_max = options.get_max_connections().max(1);
+        let service_max = pool.options().get_max_connections().max(1);
         let lazy = |role: SessionRole, max: u32| -> PgPool {
-            let named = connect
-                .clone()
-                .application_name(&application_name(role, worker));
-            let options: PgPoolOptions = options.clone().max_connections(max);
-            options.connect_lazy_with(named)
+            derived_pool(pool, &application_name(role, worker), max)
         };
         Sessions {
             worker: worker.to_owned(),
@@ -110,7 +106,7 @@ impl Sessions {
             ),
             renewer: lazy(SessionRole::Renewer, 1),
             maintenance: lazy(SessionRole::Maintenance, 1),
-            connect,
+            connect: pool.connect_options().as_ref().clone(),
         }
     }
 
