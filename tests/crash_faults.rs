@@ -331,8 +331,8 @@ async fn listening_worker_with_one_delivery(
 /// cost nothing: the next claim fails on it, and is made again at once on a new session. With
 /// polling every 10 minutes, an event enqueued after the kill reaches the receiver within the
 /// wait only if that happens (a claimer that waited for its next poll after the failure would
-/// not deliver it). Sessions killed mid-drain, the claimer's and the completer's, lose nothing
-/// and deliver nothing twice.
+/// not deliver it). Sessions killed mid-drain, the claimer's and the completer's, lose nothing:
+/// every event reaches the receiver, which keeps one effect per event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_claimer_and_completer_sessions_are_replaced_and_lose_nothing() {
     let db = database().await;
@@ -356,8 +356,8 @@ async fn killed_claimer_and_completer_sessions_are_replaced_and_lose_nothing() {
         .await;
     }
 
-    // Mid-drain: 400 events, each receiver call 10 ms on 4 slots (a second in all), and the claimer's and the
-    // completer's sessions killed while they are being delivered.
+    // Mid-drain: 400 events, each receiver call 10 ms on 4 slots (a second in all), and the
+    // claimer's and the completer's sessions killed while they are being delivered.
     enqueue_jobs(&pool, 100, 500, true).await;
     for kills in 0..4 {
         wait_until(WAIT, "more events are delivered", || {
