@@ -601,11 +601,7 @@ async fn actions_need_a_token_and_the_dashboards_own_origin() {
         "{body}"
     );
 
-    let served = serve(
-        pool,
-        DashboardConfig::new().with_token(Some("s3cret".into())),
-    )
-    .await;
+    let served = serve(pool, with_token(DashboardConfig::new())).await;
     let (status, body) = post(&served, "api/actions/retry", retry.clone(), &[]).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
     let (status, _) = post(
@@ -621,10 +617,7 @@ async fn actions_need_a_token_and_the_dashboards_own_origin() {
         &served,
         "api/actions/retry",
         retry.clone(),
-        &[
-            ("authorization", "Bearer s3cret"),
-            ("origin", "http://evil.example"),
-        ],
+        &[("authorization", BEARER), ("origin", "http://evil.example")],
     )
     .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
@@ -632,7 +625,7 @@ async fn actions_need_a_token_and_the_dashboards_own_origin() {
     // A form post (not JSON) is refused before anything runs.
     let response = reqwest::Client::new()
         .post(served.url("api/actions/retry"))
-        .header("authorization", "Bearer s3cret")
+        .header("authorization", BEARER)
         .header("content-type", "application/x-www-form-urlencoded")
         .body(format!("event_id={}", s.exhausted_note))
         .send()
@@ -648,7 +641,7 @@ async fn actions_need_a_token_and_the_dashboards_own_origin() {
         "api/actions/retry",
         retry.clone(),
         &[
-            ("authorization", "Bearer s3cret"),
+            ("authorization", BEARER),
             ("origin", &origin),
             ("x-outbox-operator", "ana"),
         ],
@@ -670,7 +663,7 @@ async fn actions_need_a_token_and_the_dashboards_own_origin() {
         &served,
         "api/actions/retry",
         retry,
-        &[("authorization", "Bearer s3cret")],
+        &[("authorization", BEARER)],
     )
     .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
@@ -690,12 +683,8 @@ async fn retry_a_type_and_purge_change_only_what_they_name() {
     let mut old_exhausted = Seed::new("order.confirmed", "exhausted");
     old_exhausted.created_ago_seconds = 9.0 * 86_400.0;
     let old_exhausted = insert(pool, &old_exhausted).await;
-    let served = serve(
-        pool,
-        DashboardConfig::new().with_token(Some("s3cret".into())),
-    )
-    .await;
-    let auth = [("authorization", "Bearer s3cret")];
+    let served = serve(pool, with_token(DashboardConfig::new())).await;
+    let auth = [("authorization", BEARER)];
 
     let (status, body) = post(
         &served,
@@ -1151,11 +1140,7 @@ async fn every_action_attempt_is_logged_with_who_and_what() {
     let db = TestDatabase::new().await;
     let pool = db.pool();
     let s = scenario(pool).await;
-    let served = serve(
-        pool,
-        DashboardConfig::new().with_token(Some("s3cret".into())),
-    )
-    .await;
+    let served = serve(pool, with_token(DashboardConfig::new())).await;
     let retry = json!({"event_id": s.exhausted_note});
     let (status, _) = post(
         &served,
@@ -1169,10 +1154,7 @@ async fn every_action_attempt_is_logged_with_who_and_what() {
         &served,
         "api/actions/retry",
         retry,
-        &[
-            ("authorization", "Bearer s3cret"),
-            ("x-outbox-operator", "ana"),
-        ],
+        &[("authorization", BEARER), ("x-outbox-operator", "ana")],
     )
     .await;
     assert_eq!(status, StatusCode::OK);
@@ -1190,13 +1172,644 @@ async fn every_action_attempt_is_logged_with_who_and_what() {
         lines[0]
     );
     assert!(
-        lines[1].contains("operator=ana")
+        lines[1].contains("operator=\"ana\"")
             && lines[1].contains("done: event")
             && lines[1].contains(&id)
-            && lines[1].contains("peer=127.0.0.1:"),
+            && lines[1].contains("peer=\"127.0.0.1:"),
         "{}",
         lines[1]
     );
     // The token itself is never logged.
-    assert!(!log.contains("s3cret"), "{log}");
+    assert!(!log.contains(TOKEN), "{log}");
+}
+
+/// Every read route of the dashboard (the page and its two files are not among them).
+fn read_routes(event_id: uuid::Uuid) -> Vec<String> {
+    [
+        "api/config",
+        "api/overview",
+        "api/types",
+        "api/failures",
+        "api/claims",
+        "api/contracts",
+    ]
+    .map(str::to_owned)
+    .into_iter()
+    .chain([format!("api/events/{event_id}")])
+    .collect()
+}
+
+async fn get_with(served: &Served, path: &str, bearer: Option<&str>) -> (StatusCode, Value) {
+    let mut request = reqwest::Client::new().get(served.url(path));
+    if let Some(token) = bearer {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// With a token configured, every read needs it: the outbox's errors, aggregate ids, operation
+/// keys, headers and (with `--show-payloads`) payloads are what an intruder would read.
+#[tokio::test]
+async fn with_a_token_every_read_needs_it_and_the_page_alone_is_open() {
+    let db = TestDatabase::new().await;
+    let pool = db.pool();
+    let s = scenario(pool).await;
+    let served = serve(
+        pool,
+        with_token(DashboardConfig::new()).with_payloads_shown(true),
+    )
+    .await;
+
+    for path in read_routes(s.delivered_private) {
+        let (status, body) = get_with(&served, &path, None).await;
+        assert_eq!(
+            status,
+            StatusCode::UNAUTHORIZED,
+            "{path} without the token: {body}"
+        );
+        assert!(
+            body["error"].as_str().unwrap().contains("needs its token"),
+            "{path}: {body}"
+        );
+        assert!(!body.to_string().contains("jane.doe"), "{path}: {body}");
+        let (status, _) = get_with(&served, &path, Some("wrong")).await;
+        assert_eq!(
+            status,
+            StatusCode::UNAUTHORIZED,
+            "{path} with a wrong token"
+        );
+        let (status, body) = get_with(&served, &path, Some(TOKEN)).await;
+        assert_eq!(status, StatusCode::OK, "{path} with the token: {body}");
+    }
+    let (_, event) = get_with(
+        &served,
+        &format!("api/events/{}", s.delivered_private),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(event["payload"]["email"], "jane.doe@example.invalid");
+    let (_, config) = get_with(&served, "api/config", Some(TOKEN)).await;
+    assert_eq!(
+        (&config["read_only"], &config["token_required"]),
+        (&json!(false), &json!(true))
+    );
+    // The page and its files hold no data, and the page is where the token is pasted.
+    for path in ["", "app.js", "app.css"] {
+        let response = reqwest::get(served.url(path)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "/{path}");
+    }
+}
+
+#[tokio::test]
+async fn the_viewer_token_reads_and_cannot_act() {
+    let db = TestDatabase::new().await;
+    let pool = db.pool();
+    let s = scenario(pool).await;
+    let served = serve(pool, with_viewer_token(with_token(DashboardConfig::new()))).await;
+
+    for path in read_routes(s.exhausted_note) {
+        let (status, body) = get_with(&served, &path, Some(VIEWER_TOKEN)).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{path} with the viewer token: {body}"
+        );
+    }
+    let (_, config) = get_with(&served, "api/config", Some(VIEWER_TOKEN)).await;
+    assert_eq!(
+        (&config["read_only"], &config["actions_enabled"]),
+        (&json!(true), &json!(true))
+    );
+    let viewer = format!("Bearer {VIEWER_TOKEN}");
+    let (status, body) = post(
+        &served,
+        "api/actions/retry",
+        json!({"event_id": s.exhausted_note}),
+        &[("authorization", &viewer)],
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("viewer token"),
+        "{body}"
+    );
+    assert_eq!(status_of(pool, s.exhausted_note).await, "exhausted");
+
+    // A viewer token alone: reading needs it, and the dashboard is view-only.
+    let view_only = serve(pool, with_viewer_token(DashboardConfig::new())).await;
+    let (status, _) = get_with(&view_only, "api/overview", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, body) = post(
+        &view_only,
+        "api/actions/retry",
+        json!({"event_id": s.exhausted_note}),
+        &[("authorization", &viewer)],
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("view-only"),
+        "{body}"
+    );
+    // The same token for both is refused.
+    let same = with_token(DashboardConfig::new()).with_viewer_token(Some(TOKEN.to_owned()));
+    assert!(
+        same.unwrap_err()
+            .to_string()
+            .contains("viewer token equals the action token")
+    );
+}
+
+/// A GET of `path` on `address` whose `Host` header says `host`.
+async fn get_as(address: std::net::SocketAddr, path: &str, host: &str) -> (StatusCode, Value) {
+    let response = reqwest::Client::new()
+        .get(format!("http://{address}/{path}"))
+        .header("host", host)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// DNS rebinding: a page on `http://rebind.test:<port>/`, its name re-pointed at 127.0.0.1, is
+/// same-origin with itself, and every request it sends names `rebind.test` in `Host`.
+#[tokio::test]
+async fn a_request_naming_another_host_is_refused() {
+    let db = TestDatabase::new().await;
+    let pool = db.pool();
+    let s = scenario(pool).await;
+    let served = serve(pool, DashboardConfig::new().with_payloads_shown(true)).await;
+    let port = served.address.port();
+    let event = format!("api/events/{}", s.delivered_private);
+
+    for path in ["", "app.js", "api/config", "api/overview", event.as_str()] {
+        let (status, body) = get_as(served.address, path, &format!("rebind.test:{port}")).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "/{path}: {body}");
+        let error = body["error"].as_str().unwrap();
+        assert!(
+            error.contains("does not answer to the host `rebind.test`")
+                && error.contains("--allow-host rebind.test"),
+            "{error}"
+        );
+    }
+    let (status, body) = post(
+        &served,
+        "api/actions/retry",
+        json!({"event_id": s.exhausted_note}),
+        &[("host", "rebind.test")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    // Another IP than the one it listens on, another name: refused. Its address, localhost
+    // (it listens on loopback), case and a trailing dot aside: answered.
+    for host in [
+        "10.1.2.3",
+        "[::1]",
+        "127.0.0.1.rebind.test",
+        "localhost.example",
+    ] {
+        let (status, _) = get_as(served.address, &event, &format!("{host}:{port}")).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "Host {host}");
+    }
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("LOCALHOST.:{port}"),
+        "127.0.0.1".to_owned(),
+    ] {
+        let (status, body) = get_as(served.address, &event, &host).await;
+        assert_eq!(status, StatusCode::OK, "Host {host}: {body}");
+        assert_eq!(body["payload"]["email"], "jane.doe@example.invalid");
+    }
+
+    // A name it is given is answered.
+    let named = serve(
+        pool,
+        DashboardConfig::new()
+            .with_allowed_hosts(["Ops.Example.Test"])
+            .unwrap(),
+    )
+    .await;
+    let (status, _) = get_as(named.address, "api/overview", "ops.example.test:443").await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = get_as(named.address, "api/overview", "rebind.test").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    for bad in ["", "http://ops.example.test", "ops.example.test/x", "a b"] {
+        assert!(
+            DashboardConfig::new().with_allowed_hosts([bad]).is_err(),
+            "{bad:?}"
+        );
+    }
+
+    // Mounted in a service's app, where the dashboard does not know its address: any IP
+    // literal and localhost, never another name.
+    let app = axum::Router::new().nest_service(
+        "/ops",
+        dashboard::router(pool.clone(), DashboardConfig::new()),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    for (host, expected) in [
+        ("127.0.0.1", StatusCode::OK),
+        ("localhost", StatusCode::OK),
+        ("rebind.test", StatusCode::FORBIDDEN),
+    ] {
+        let (status, _) = get_as(address, "ops/api/overview", host).await;
+        assert_eq!(status, expected, "mounted, Host {host}");
+    }
+}
+
+#[tokio::test]
+async fn weak_tokens_are_refused_with_advice() {
+    let weak = [
+        "a".to_owned(),
+        " ".to_owned(),
+        "s3cret".to_owned(),
+        // 31 random characters: one too few.
+        "9f2c4e7a1b8d3f6e0c5a2d9b7e4f1a3".to_owned(),
+        "a".repeat(40),
+        "hunter2!".repeat(5),
+        "0123456789abcdef0123456789abcdef".to_owned(),
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJ".to_owned(),
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaabbbbbbbbbbbbbbbbbbbb".to_owned(),
+        format!("{} ", TOKEN),
+        format!("{}\n", TOKEN),
+        "9f2c4e7a1b8d3f6e0c5a2d9b7é4f1a3c8b6d0e2f5a7c9e1b3d4f6".to_owned(),
+    ];
+    for token in &weak {
+        for config in [
+            DashboardConfig::new().with_token(Some(token.clone())),
+            DashboardConfig::new().with_viewer_token(Some(token.clone())),
+        ] {
+            let error = config.expect_err(token).to_string();
+            assert!(
+                error.contains("too weak") && error.contains("openssl rand -hex 32"),
+                "{token:?}: {error}"
+            );
+        }
+    }
+    // Generated tokens pass: 32 random hexadecimal digits (a UUID's) and longer ones.
+    for _ in 0..200 {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        assert!(
+            DashboardConfig::new()
+                .with_token(Some(token.clone()))
+                .is_ok(),
+            "{token}"
+        );
+    }
+    assert!(
+        DashboardConfig::new()
+            .with_token(Some(TOKEN.into()))
+            .is_ok()
+    );
+    assert!(
+        DashboardConfig::new()
+            .with_token(Some("kQ3v_Zr8pX1mN6tB0yW4eH7sJ2cL9aF5".into()))
+            .is_ok()
+    );
+
+    // The command refuses them before it connects (nothing listens on port 1).
+    for flag in ["--token", "--viewer-token"] {
+        for token in ["a", " ", "s3cret"] {
+            let (exit, err) = command_refusal(&["--listen", "127.0.0.1:8089", flag, token]).await;
+            assert_eq!(exit, Exit::Usage, "{flag} {token:?}: {err}");
+            assert!(
+                err.contains("too weak") && err.contains("openssl rand -hex 32"),
+                "{flag} {token:?}: {err}"
+            );
+        }
+    }
+}
+
+/// `outbox dashboard` with `args` against a database that is not there: how it ends and what
+/// it said.
+async fn command_refusal(args: &[&str]) -> (Exit, String) {
+    let cli = Outbox::new().events(Vec::new());
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let all = ["outbox", "dashboard"]
+        .iter()
+        .chain(args)
+        .chain(&["--database-url", "postgres://127.0.0.1:1/none"]);
+    let exit = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        cli.run_with(all, &mut out, &mut err),
+    )
+    .await
+    .expect("the command ended within 30 s");
+    (exit, String::from_utf8(err).unwrap())
+}
+
+/// A free loopback port: bind one, read it, release it.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `outbox dashboard` with `args` on the test's database, running until the returned handle
+/// is aborted; returns once `probe` answers (any status).
+async fn start_command(
+    db: &TestDatabase,
+    args: &[String],
+    probe: &str,
+) -> tokio::task::JoinHandle<(Exit, String)> {
+    let args: Vec<String> = ["outbox", "dashboard", "--database-url", &db.url()]
+        .map(str::to_owned)
+        .into_iter()
+        .chain(args.iter().cloned())
+        .collect();
+    let command = tokio::spawn(async move {
+        let cli = Outbox::new().events(outbox_runtime::generate::compiled_events());
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let exit = cli.run_with(args, &mut out, &mut err).await;
+        (exit, String::from_utf8(err).unwrap())
+    });
+    let started = std::time::Instant::now();
+    loop {
+        if command.is_finished() {
+            let (exit, err) = command.await.unwrap();
+            panic!("`outbox dashboard` ended: {exit:?} {err}");
+        }
+        if reqwest::get(probe).await.is_ok() {
+            return command;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "`outbox dashboard` did not answer on {probe} within 30 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// `--listen 0.0.0.0:<port> --token T`: anyone on the network reaches the address, so reading
+/// needs the token too.
+#[tokio::test]
+async fn the_command_on_every_interface_needs_the_token_to_read() {
+    let db = TestDatabase::new().await;
+    scenario(db.pool()).await;
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let command = start_command(
+        &db,
+        &[
+            "--listen".to_owned(),
+            format!("0.0.0.0:{port}"),
+            "--token".to_owned(),
+            TOKEN.to_owned(),
+        ],
+        &format!("{base}/"),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    for path in ["api/config", "api/overview", "api/failures"] {
+        let response = client.get(format!("{base}/{path}")).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{path}");
+        let response = client
+            .get(format!("{base}/{path}"))
+            .header("authorization", BEARER)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+    }
+    command.abort();
+}
+
+/// A host name is resolved, and a name that resolves to loopback only is loopback.
+#[tokio::test]
+async fn the_command_listens_on_a_host_name() {
+    let db = TestDatabase::new().await;
+    let port = free_port();
+    let command = start_command(
+        &db,
+        &["--listen".to_owned(), format!("localhost:{port}")],
+        &format!("http://localhost:{port}/"),
+    )
+    .await;
+    // Read-only without a token, as on any loopback address, and it answers to its name.
+    let config: Value = reqwest::get(format!("http://localhost:{port}/api/config"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(config["read_only"], true, "{config}");
+    command.abort();
+
+    for (listen, expected) in [
+        ("localhost", "no port"),
+        ("localhost:http", "is not a port number"),
+    ] {
+        let (exit, err) = command_refusal(&["--listen", listen]).await;
+        assert_eq!(exit, Exit::Usage, "{listen}: {err}");
+        assert!(err.contains(expected), "{listen}: {err}");
+    }
+}
+
+/// The keys and (escaped) values of an audit line's `key="value"` fields, or `None` when the
+/// line is anything else.
+fn audit_fields(line: &str) -> Option<Vec<(String, String)>> {
+    let mut rest = line.strip_prefix("audit: ")?;
+    let mut fields = Vec::new();
+    loop {
+        let (key, after) = rest.split_once("=\"")?;
+        if !key.bytes().all(|b| b.is_ascii_lowercase()) {
+            return None;
+        }
+        let mut end = None;
+        let mut escaped = false;
+        for (i, c) in after.char_indices() {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => {
+                    end = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let end = end?;
+        fields.push((key.to_owned(), after[..end].to_owned()));
+        rest = &after[end + 1..];
+        if rest.is_empty() {
+            return Some(fields);
+        }
+        rest = rest.strip_prefix(' ')?;
+    }
+}
+
+/// The child half of `the_commands_audit_lines_cannot_be_forged`: spawned by it with
+/// `OUTBOX_TEST_DASHBOARD_ARGS`, it is `outbox dashboard` with those arguments, writing its
+/// audit lines on this process's standard error. Run by the harness, it returns at once.
+#[tokio::test]
+async fn child_process_outbox_dashboard() {
+    let Ok(args) = std::env::var("OUTBOX_TEST_DASHBOARD_ARGS") else {
+        return;
+    };
+    let args: Vec<String> = serde_json::from_str(&args).unwrap();
+    let cli = Outbox::new().events(Vec::new());
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let exit = cli.run_with(args, &mut out, &mut err).await;
+    panic!(
+        "the child dashboard ended: {exit:?} {}",
+        String::from_utf8_lossy(&err)
+    );
+}
+
+/// `outbox dashboard` prints one audit line per action request on standard error, written once
+/// the request is decided: newlines, control characters and quotes in every field a request
+/// can fill (the table, the event type, the age, the event id, the operator name, and the
+/// error messages that quote them) stay inside their quoted field, so no request forges a line.
+#[tokio::test]
+async fn the_commands_audit_lines_cannot_be_forged() {
+    let db = TestDatabase::new().await;
+    scenario(db.pool()).await;
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let args = json!([
+        "outbox",
+        "dashboard",
+        "--listen",
+        format!("127.0.0.1:{port}"),
+        "--token",
+        TOKEN,
+        "--database-url",
+        db.url(),
+    ]);
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_process_outbox_dashboard", "--nocapture"])
+        .env("OUTBOX_TEST_DASHBOARD_ARGS", args.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while reqwest::get(format!("{base}/")).await.is_err() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the child dashboard ended"
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the child dashboard did not answer within 60 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let forged = "outbox\naudit: action=purge target=delivered operator=admin peer=127.0.0.1:1 \
+                  outcome=done: deleted 4000 delivered events";
+    let controls = "\r\t\u{0}\u{1b}[2J\u{7f}\u{85}\u{2028}\u{202e}\"q\" \\";
+    let client = reqwest::Client::new();
+    let send = |path: &str, body: String, token: bool, operator: &str| {
+        let mut request = client
+            .post(format!("{base}/{path}"))
+            .header("content-type", "application/json")
+            .header("x-outbox-operator", operator)
+            .body(body);
+        if token {
+            request = request.header("authorization", BEARER);
+        }
+        request.send()
+    };
+    let requests = [
+        // Refused (no token), the table holding a forged line.
+        (
+            "api/actions/purge",
+            json!({"older_than": format!("7d{controls}\n"), "table": forged}).to_string(),
+            false,
+            StatusCode::UNAUTHORIZED,
+        ),
+        // Done: an event type of control characters (no such type: 0 retried).
+        (
+            "api/actions/retry-type",
+            // (PostgreSQL text cannot hold NUL: a type holding one would be a database error.)
+            json!({"event_type": format!("note\n{}", controls.replace('\u{0}', "")), "table": "outbox"})
+                .to_string(),
+            true,
+            StatusCode::OK,
+        ),
+        // Failed: an unreadable age, quoted by the error.
+        (
+            "api/actions/purge",
+            json!({"older_than": format!("7d\n{forged}")}).to_string(),
+            true,
+            StatusCode::BAD_REQUEST,
+        ),
+        // Failed: a table the dashboard does not show.
+        (
+            "api/actions/retry",
+            json!({"event_id": uuid::Uuid::nil(), "table": forged}).to_string(),
+            true,
+            StatusCode::NOT_FOUND,
+        ),
+        // Unreadable: the event id is not a UUID, and the body's error may quote it.
+        (
+            "api/actions/retry",
+            json!({"event_id": forged}).to_string(),
+            true,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+    ];
+    for (path, body, token, expected) in &requests {
+        // A header value can hold a tab, not a line break.
+        let response = send(path, body.clone(), *token, "ana\tmallory outcome=done")
+            .await
+            .unwrap();
+        assert_eq!(response.status(), *expected, "{path} {body}");
+    }
+    // The lines are written before the answers are sent: all five are on standard error.
+    child.start_kill().unwrap();
+    let mut stderr = String::new();
+    tokio::io::AsyncReadExt::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr)
+        .await
+        .unwrap();
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("audit:")).collect();
+    assert_eq!(
+        lines.len(),
+        requests.len(),
+        "one line per request:\n{stderr}"
+    );
+    for line in &lines {
+        assert!(
+            !line
+                .chars()
+                .any(|c| c.is_control() || c == '\u{2028}' || c == '\u{202e}'),
+            "a raw control character: {line:?}"
+        );
+        let fields =
+            audit_fields(line).unwrap_or_else(|| panic!("not key=\"value\" fields: {line}"));
+        let keys: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["action", "target", "operator", "peer", "outcome"],
+            "{line}"
+        );
+        assert_eq!(fields[2].1, "ana\\tmallory outcome=done", "{line}");
+    }
+    let outcome = |i: usize| audit_fields(lines[i]).unwrap()[4].1.clone();
+    assert!(outcome(0).starts_with("refused: "), "{}", lines[0]);
+    assert!(
+        audit_fields(lines[0]).unwrap()[1]
+            .1
+            .contains("in outbox\\naudit: action=purge"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        outcome(1).starts_with("done: 0 exhausted events"),
+        "{}",
+        lines[1]
+    );
+    for i in 2..5 {
+        assert!(outcome(i).starts_with("failed: "), "{}", lines[i]);
+    }
 }

@@ -88,16 +88,18 @@ pub async fn exhaust_while_shipping_is_down(pool: &PgPool) -> Result<(), BoxErro
     outcome
 }
 
-/// Serve the dashboard on `listen` with a fresh action token until Ctrl-C.
+/// Serve the dashboard on `listen` with a fresh action token until Ctrl-C (the page asks for
+/// it before it shows anything).
 pub async fn serve_until_ctrl_c(pool: &PgPool, listen: SocketAddr) -> Result<(), BoxError> {
-    let token = Uuid::new_v4().simple().to_string();
-    let config = DashboardConfig::new().with_token(Some(token.clone()));
+    // 256 random bits: the dashboard refuses a token shorter than 32 characters or made by hand.
+    let token = format!("{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple());
+    let config = DashboardConfig::new().with_token(Some(token.clone()))?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e} (pass --listen 127.0.0.1:<port>)"))?;
     let address = listener.local_addr()?;
     println!("dashboard: http://{address}/");
-    println!("           token for the actions (retry, purge): {token}");
+    println!("           token (paste it into the page: it reads and runs retry, purge): {token}");
     println!("           Ctrl-C stops it (and drops the example's database)");
     dashboard::serve(listener, pool.clone(), config, async {
         let _ = tokio::signal::ctrl_c().await;

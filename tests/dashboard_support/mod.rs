@@ -14,6 +14,34 @@ pub const HOSTILE_TYPE: &str = "<script>window.pwned = 'type'</script>";
 pub const HOSTILE_ERROR: &str =
     "receiver said <img src=x onerror=\"window.pwned='error'\"> & <b>bold</b> 100% _done_";
 
+macro_rules! token {
+    () => {
+        "9f2c4e7a1b8d3f6e0c5a2d9b7e4f1a3c8b6d0e2f5a7c9e1b3d4f6a8c0e2b4d6f"
+    };
+}
+
+/// The action token of the tests' dashboards (64 hexadecimal digits, as `openssl rand -hex 32`
+/// makes them).
+pub const TOKEN: &str = token!();
+/// The `Authorization` header value carrying [`TOKEN`].
+pub const BEARER: &str = concat!("Bearer ", token!());
+/// A viewer token, as strong.
+pub const VIEWER_TOKEN: &str = "3e8a1c5f7b2d9e4a6c0f8b3d5e7a9c1f2b4d6e8a0c3f5b7d9e1a2c4f6b8d0e3a";
+
+/// `config` with the action token [`TOKEN`].
+pub fn with_token(config: DashboardConfig) -> DashboardConfig {
+    config
+        .with_token(Some(TOKEN.to_owned()))
+        .expect("a strong token is accepted")
+}
+
+/// `config` with the viewer token [`VIEWER_TOKEN`].
+pub fn with_viewer_token(config: DashboardConfig) -> DashboardConfig {
+    config
+        .with_viewer_token(Some(VIEWER_TOKEN.to_owned()))
+        .expect("a strong viewer token is accepted")
+}
+
 /// One event to write, with the columns a test cares about.
 #[derive(Debug, Clone)]
 pub struct Seed {
@@ -56,18 +84,23 @@ impl Seed {
 /// tested by the store and worker tests; here the page is the subject): the event row, and its
 /// queue row unless it is delivered. Returns its event id.
 pub async fn insert(pool: &PgPool, seed: &Seed) -> Uuid {
+    insert_into(pool, "outbox", seed).await
+}
+
+/// [`insert`] into the outbox table `table` (created with `create_table_sql`).
+pub async fn insert_into(pool: &PgPool, table: &str, seed: &Seed) -> Uuid {
     let event_id = Uuid::new_v4();
-    sqlx::query(
+    let sql = format!(
         "WITH e AS (
-             INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type,
+             INSERT INTO {table} (event_id, operation_key, payload_fingerprint, event_type,
                                  event_version, aggregate_type, aggregate_id, payload, headers,
                                  created_at)
              VALUES ($1, $1::text, '\\x00', $2, 1,
                      CASE WHEN $3::text IS NOT NULL THEN 'order' END, $3, $4,
-                     '{\"traceparent\": \"00-abc-def-01\"}', now() - $12 * interval '1 second')
+                     '{{\"traceparent\": \"00-abc-def-01\"}}', now() - $12 * interval '1 second')
              RETURNING id, aggregate_type, aggregate_id, created_at
          )
-         INSERT INTO outbox_queue (id, aggregate_type, aggregate_id, status, available_at,
+         INSERT INTO {table}_queue (id, aggregate_type, aggregate_id, status, available_at,
                                    lease_until, claimed_by, claim_version, attempts, max_attempts,
                                    lease_expiries, handler_failures, last_error, updated_at,
                                    exhausted_at)
@@ -76,24 +109,25 @@ pub async fn insert(pool: &PgPool, seed: &Seed) -> Uuid {
                 $9, $6, $6, $7, $8, $11, $13, now(),
                 CASE WHEN $5::text = 'exhausted' THEN now() END
          FROM e
-         WHERE $5::text <> 'delivered'",
-    )
-    .bind(event_id)
-    .bind(&seed.event_type)
-    .bind(&seed.aggregate_id)
-    .bind(&seed.payload)
-    .bind(seed.status)
-    .bind(seed.attempts)
-    .bind(seed.max_attempts)
-    .bind(seed.lease_expiries)
-    .bind(&seed.claimed_by)
-    .bind(seed.lease_seconds)
-    .bind(seed.handler_failures)
-    .bind(seed.created_ago_seconds)
-    .bind(&seed.last_error)
-    .execute(pool)
-    .await
-    .expect("insert a seeded event");
+         WHERE $5::text <> 'delivered'"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(event_id)
+        .bind(&seed.event_type)
+        .bind(&seed.aggregate_id)
+        .bind(&seed.payload)
+        .bind(seed.status)
+        .bind(seed.attempts)
+        .bind(seed.max_attempts)
+        .bind(seed.lease_expiries)
+        .bind(&seed.claimed_by)
+        .bind(seed.lease_seconds)
+        .bind(seed.handler_failures)
+        .bind(seed.created_ago_seconds)
+        .bind(&seed.last_error)
+        .execute(pool)
+        .await
+        .expect("insert a seeded event");
     event_id
 }
 
@@ -212,10 +246,19 @@ impl Drop for Served {
     }
 }
 
-/// Serve `dashboard::router(pool, config)` the way `outbox dashboard` does.
+/// Serve `dashboard::router(pool, config)` the way `outbox dashboard` does, on loopback.
 pub async fn serve(pool: &PgPool, config: DashboardConfig) -> Served {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
+    serve_on(pool, config, "127.0.0.1:0").await
+}
+
+/// [`serve`] on `listen` (`0.0.0.0:0`: every interface, a free port); [`Served::url`] names it
+/// by 127.0.0.1 all the same.
+pub async fn serve_on(pool: &PgPool, config: DashboardConfig, listen: &str) -> Served {
+    let listener = tokio::net::TcpListener::bind(listen).await.unwrap();
+    let mut address = listener.local_addr().unwrap();
+    if address.ip().is_unspecified() {
+        address.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
     let (stop, stopped) = oneshot::channel::<()>();
     let pool = pool.clone();
     tokio::spawn(async move {

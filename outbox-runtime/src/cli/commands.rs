@@ -594,11 +594,11 @@ async fn dashboard(
         .into_iter()
         .map(str::to_owned)
         .collect();
-    let config = args
+    let (config, listen) = args
         .config(tables, cx.events)
         .map_err(|e| Failure::new(Exit::Usage, e))?;
     let pool = connect(url).await?;
-    crate::dashboard::run_command(pool, args.listen, config, cx.out)
+    crate::dashboard::run_command(pool, &listen, config, cx.out)
         .await
         .map_err(|e| Failure::new(Exit::Failed, e.to_string()))?;
     Ok(Exit::Ok)

@@ -3,19 +3,22 @@
 //! event of a type, purge delivered events older than a duration (an event's age counts from
 //! its enqueue: a delivered event keeps no delivery time).
 //!
-//! An action is carried out only when all of these hold, checked in this order:
-//! 1. the dashboard has a token (else it is read-only: 403);
+//! An action is carried out only when all of these hold, checked in this order (after the
+//! `Host` check every request passes, see the `access` module):
+//! 1. the dashboard has an action token (else it is read-only: 403);
 //! 2. a browser's request comes from the dashboard's own page: its `Origin`, when present, names
 //!    the host the request was sent to (else 403). A cross-site form cannot forge this, and
 //!    cannot set the next header either;
-//! 3. the request carries `Authorization: Bearer <token>` (else 401). The page keeps the token
-//!    the operator pasted in memory only, never in a cookie, so no other site's request can
-//!    carry it;
+//! 3. the request carries `Authorization: Bearer <action token>` (else 401; the viewer token
+//!    gets 403). The page keeps the token the operator pasted in the tab's session storage,
+//!    never in a cookie, so no other site's request can carry it;
 //! 4. the body is JSON (`Content-Type: application/json`, else 415).
 //!
-//! Every attempt, allowed or refused, is logged (target `outbox::dashboard::audit`) with what
-//! was asked, the operator name the page sends (`X-Outbox-Operator`), the peer address and the
-//! outcome.
+//! Every attempt, allowed or refused, is logged once, after it is decided (target
+//! `outbox::dashboard::audit`), with what was asked, the operator name the page sends
+//! (`X-Outbox-Operator`), the peer address and the outcome. Each field is quoted and escaped
+//! (control characters, line breaks, quotes), so no request can write a line of its own or a
+//! field that is not its own.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,9 +28,9 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{Extensions, HeaderMap, StatusCode, header};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use super::access::{Access, access_of, presented_token};
 use super::{ApiError, Dashboard};
 use crate::cli::{format_duration, parse_duration};
 use crate::contract::shown;
@@ -50,7 +53,7 @@ fn caller(headers: &HeaderMap, extensions: &Extensions) -> Caller {
         .filter(|s| !s.is_empty())
         .map_or_else(
             || "(unnamed)".to_owned(),
-            |s| shown(&s.chars().take(64).collect::<String>()),
+            |s| s.chars().take(64).collect::<String>(),
         );
     let peer = extensions
         .get::<ConnectInfo<SocketAddr>>()
@@ -58,43 +61,67 @@ fn caller(headers: &HeaderMap, extensions: &Extensions) -> Caller {
     Caller { operator, peer }
 }
 
+/// One field of an audit line: quoted, with backslashes, quotes, line breaks and every other
+/// control or invisible formatting character escaped (Rust's `escape_debug`, which escapes
+/// U+2028 and the bidirectional overrides too), and cut at 200 characters.
+fn field(value: &str) -> String {
+    let escaped: String = value
+        .chars()
+        .take(200)
+        .flat_map(char::escape_debug)
+        .collect();
+    let cut = if value.chars().nth(200).is_some() {
+        "..."
+    } else {
+        ""
+    };
+    format!("\"{escaped}{cut}\"")
+}
+
+/// The audit line of one request (without its line break).
+fn audit_line(caller: &Caller, action: &str, target: &str, outcome: &str) -> String {
+    format!(
+        "audit: action={} target={} operator={} peer={} outcome={}",
+        field(action),
+        field(target),
+        field(&caller.operator),
+        field(&caller.peer),
+        field(outcome)
+    )
+}
+
+/// Write the one audit line of a request, through `tracing` (whose formatter escapes the
+/// fields its own way) and, for `outbox dashboard`, on standard error.
 fn audit(d: &Dashboard, caller: &Caller, action: &str, target: &str, outcome: &str) {
     tracing::warn!(
         target: "outbox::dashboard::audit",
         action,
         what = target,
-        operator = %caller.operator,
-        peer = %caller.peer,
+        operator = caller.operator.as_str(),
+        peer = caller.peer.as_str(),
         outcome,
         "dashboard action"
     );
     if d.config.audit_to_stderr {
-        eprintln!(
-            "audit: action={action} target={target} operator={} peer={} outcome={outcome}",
-            caller.operator, caller.peer
-        );
+        // `eprintln!` holds standard error's lock for the whole line: lines of concurrent
+        // requests do not interleave.
+        eprintln!("{}", audit_line(caller, action, target, outcome));
     }
-}
-
-/// Constant-time comparison of the presented token with the configured one (compared as
-/// SHA-256 digests, so neither the length nor a matching prefix shows in the timing).
-fn token_matches(presented: &str, expected: &str) -> bool {
-    let a = Sha256::digest(presented.as_bytes());
-    let b = Sha256::digest(expected.as_bytes());
-    a.iter()
-        .zip(b.iter())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-        == 0
 }
 
 /// Steps 1 to 3 of the module's list.
 fn authorize(d: &Dashboard, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(expected) = d.config.token.as_deref() else {
+    if d.config.token.is_none() {
+        let how = if d.config.viewer_token.is_some() {
+            "this dashboard is view-only (it has a viewer token, no action token)"
+        } else {
+            "this dashboard is read-only"
+        };
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
-            "this dashboard is read-only: start it with --token (or OUTBOX_DASHBOARD_TOKEN) to enable actions",
+            format!("{how}: start it with --token (or OUTBOX_DASHBOARD_TOKEN) to enable actions"),
         ));
-    };
+    }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let host = headers
             .get(header::HOST)
@@ -110,65 +137,65 @@ fn authorize(d: &Dashboard, headers: &HeaderMap) -> Result<(), ApiError> {
             ));
         }
     }
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    match presented {
-        None => Err(ApiError::new(
+    let presented = presented_token(headers);
+    match (presented, access_of(d, presented)) {
+        (None, _) => Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "this action needs the dashboard token: paste it into the token field (sent as `Authorization: Bearer <token>`)",
         )),
-        Some(p) if !token_matches(p, expected) => Err(ApiError::new(
+        (Some(_), Some(Access::Actions)) => Ok(()),
+        (Some(_), Some(_)) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "this is the viewer token, which only reads: actions need the action token",
+        )),
+        (Some(_), None) => Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "the token is wrong: use the one the dashboard was started with",
         )),
-        Some(_) => Ok(()),
     }
 }
 
-/// Run `action` if the caller is allowed, logging the attempt and its outcome either way.
+/// Decide whether the caller may act, run `action` if so, then write the request's one audit
+/// line: what was asked (`target`, described from the request), who asked, and the outcome.
 async fn guarded<F, Fut>(
     d: &Dashboard,
     headers: &HeaderMap,
     extensions: &Extensions,
     action: &str,
-    target: &str,
+    target: String,
     run: F,
 ) -> Result<Json<Value>, ApiError>
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<Value, ApiError>>,
 {
+    let outcome = match authorize(d, headers) {
+        Err(refused) => Err(("refused", refused)),
+        Ok(()) => run().await.map_err(|failed| ("failed", failed)),
+    };
     let who = caller(headers, extensions);
-    if let Err(refused) = authorize(d, headers) {
-        audit(
-            d,
-            &who,
-            action,
-            target,
-            &format!("refused: {}", refused.message),
-        );
-        return Err(refused);
-    }
-    match run().await {
+    match outcome {
         Ok(done) => {
             let message = done["message"].as_str().unwrap_or("done").to_owned();
-            audit(d, &who, action, target, &format!("done: {message}"));
+            audit(d, &who, action, &target, &format!("done: {message}"));
             Ok(Json(done))
         }
-        Err(failed) => {
+        Err((how, error)) => {
             audit(
                 d,
                 &who,
                 action,
-                target,
-                &format!("failed: {}", failed.message),
+                &target,
+                &format!("{how}: {}", error.message),
             );
-            Err(failed)
+            Err(error)
         }
     }
+}
+
+/// The table a request names, for its audit line.
+fn asked_table(table: Option<&str>) -> &str {
+    table.unwrap_or("(default)")
 }
 
 /// The body's JSON, or a 400/415 that says what is wrong.
@@ -198,11 +225,11 @@ pub(super) async fn retry_one(
         Ok(r) => format!(
             "event {} in {}",
             r.event_id,
-            r.table.as_deref().unwrap_or("(default)")
+            asked_table(r.table.as_deref())
         ),
         Err(_) => "(unreadable request)".to_owned(),
     };
-    guarded(&d, &headers, &extensions, "retry", &target, || async {
+    guarded(&d, &headers, &extensions, "retry", target, || async {
         let request = request?;
         let table = d.table(request.table.as_deref())?;
         let store = Store::for_table(d.pool.clone(), table)?;
@@ -241,12 +268,12 @@ pub(super) async fn retry_type(
     let target = match &request {
         Ok(r) => format!(
             "type {} in {}",
-            shown(&r.event_type),
-            r.table.as_deref().unwrap_or("(default)")
+            r.event_type,
+            asked_table(r.table.as_deref())
         ),
         Err(_) => "(unreadable request)".to_owned(),
     };
-    guarded(&d, &headers, &extensions, "retry-type", &target, || async {
+    guarded(&d, &headers, &extensions, "retry-type", target, || async {
         let request = request?;
         let table = d.table(request.table.as_deref())?;
         let store = Store::for_table(d.pool.clone(), table)?;
@@ -279,12 +306,12 @@ pub(super) async fn purge(
     let target = match &request {
         Ok(r) => format!(
             "delivered older than {} in {}",
-            shown(&r.older_than),
-            r.table.as_deref().unwrap_or("(default)")
+            r.older_than,
+            asked_table(r.table.as_deref())
         ),
         Err(_) => "(unreadable request)".to_owned(),
     };
-    guarded(&d, &headers, &extensions, "purge", &target, || async {
+    guarded(&d, &headers, &extensions, "purge", target, || async {
         let request = request?;
         let table = d.table(request.table.as_deref())?;
         let older_than = parse_duration(&request.older_than)
@@ -312,13 +339,29 @@ pub(super) async fn purge(
 
 #[cfg(test)]
 mod tests {
-    use super::token_matches;
+    use super::{Caller, audit_line};
 
     #[test]
-    fn tokens_match_only_when_equal() {
-        assert!(token_matches("s3cret", "s3cret"));
-        assert!(!token_matches("s3cre", "s3cret"));
-        assert!(!token_matches("", "s3cret"));
-        assert!(!token_matches("s3cret ", "s3cret"));
+    fn an_audit_line_stays_one_line_whatever_its_fields_hold() {
+        let hostile = "x\n audit: action=purge outcome=done\r\t\u{1b}[2J\u{2028}\u{202e}\"q\" \\";
+        let caller = Caller {
+            operator: hostile.to_owned(),
+            peer: hostile.to_owned(),
+        };
+        let line = audit_line(&caller, hostile, hostile, hostile);
+        assert!(!line.chars().any(char::is_control), "{line}");
+        assert!(
+            !line.contains('\u{2028}') && !line.contains('\u{202e}'),
+            "{line}"
+        );
+        assert_eq!(line.lines().count(), 1, "{line}");
+        // The quotes inside the fields are escaped: only the five fields' own are bare.
+        assert_eq!(
+            line.replace("\\\\", "")
+                .replace("\\\"", "")
+                .matches('"')
+                .count(),
+            10
+        );
     }
 }

@@ -19,20 +19,25 @@
 //! Values from the database reach the page as JSON and are written into it as text, never as
 //! markup, under a Content-Security-Policy that allows no inline script.
 //!
-//! Without a token the dashboard is read-only. With one, it offers three actions (retry one
-//! exhausted event, retry all exhausted events of a type, purge delivered events enqueued more
-//! than a duration ago), each refused unless the request carries the token in its `Authorization` header
-//! and, when it comes from a browser, an `Origin` of the dashboard itself (see the `actions` module).
+//! Every request must name the dashboard in its `Host` (the defence against DNS rebinding), and
+//! with a token configured every route but the page and its static files needs a token (see the
+//! `access` module). Without an action token the dashboard is read-only. With one, it offers
+//! three actions (retry one exhausted event, retry all exhausted events of a type, purge
+//! delivered events enqueued more than a duration ago), each refused unless the request carries
+//! the action token in its `Authorization` header and, when it comes from a browser, an `Origin`
+//! of the dashboard itself (see the `actions` module). A viewer token reads and cannot act.
 
+mod access;
 mod actions;
 mod command;
 pub mod queries;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{OriginalUri, Path, Query, Request, State};
+use axum::extract::{Extension, OriginalUri, Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -41,6 +46,8 @@ use serde::Deserialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+pub use access::MIN_TOKEN_CHARS;
+use access::{Access, check_token_strength};
 pub(crate) use command::{DashboardArgs, run_command};
 
 use crate::error::{Error, Result};
@@ -53,11 +60,19 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8089";
 /// The environment variable `outbox dashboard` reads its action token from.
 pub const TOKEN_ENV: &str = "OUTBOX_DASHBOARD_TOKEN";
 
+/// The environment variable `outbox dashboard` reads its viewer (read-only) token from.
+pub const VIEWER_TOKEN_ENV: &str = "OUTBOX_DASHBOARD_VIEWER_TOKEN";
+
 /// What the dashboard shows and allows.
 #[derive(Clone)]
 pub struct DashboardConfig {
     tables: Vec<String>,
     token: Option<Arc<str>>,
+    viewer_token: Option<Arc<str>>,
+    allowed_hosts: Vec<String>,
+    /// The address the dashboard listens on, when [`serve`] serves it (the `Host` check knows
+    /// then which IP names it).
+    bound: Option<IpAddr>,
     show_payloads: bool,
     events: Option<Vec<CompiledEvent>>,
     refresh: Duration,
@@ -70,6 +85,8 @@ impl std::fmt::Debug for DashboardConfig {
         f.debug_struct("DashboardConfig")
             .field("tables", &self.tables)
             .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("viewer_token", &self.viewer_token.as_ref().map(|_| "<set>"))
+            .field("allowed_hosts", &self.allowed_hosts)
             .field("show_payloads", &self.show_payloads)
             .field("refresh", &self.refresh)
             .finish_non_exhaustive()
@@ -89,6 +106,9 @@ impl DashboardConfig {
         DashboardConfig {
             tables: vec![DEFAULT_TABLE.to_owned()],
             token: None,
+            viewer_token: None,
+            allowed_hosts: Vec::new(),
+            bound: None,
             show_payloads: false,
             events: None,
             refresh: Duration::from_secs(5),
@@ -113,11 +133,57 @@ impl DashboardConfig {
         Ok(self)
     }
 
-    /// Enable the actions, guarded by this token (an empty token leaves the dashboard
-    /// read-only). Operators paste it into the page, which sends it in a header on each action.
-    pub fn with_token(mut self, token: Option<String>) -> DashboardConfig {
-        self.token = token.filter(|t| !t.is_empty()).map(Arc::from);
-        self
+    /// Enable the actions, guarded by this token (`None` or an empty token leaves the dashboard
+    /// read-only). With a token set, reading needs it too (or the viewer token). Operators paste
+    /// it into the page, which sends it in a header on every request.
+    ///
+    /// Refused ([`Error::Config`], saying why and how to make one) unless it is at least
+    /// [`MIN_TOKEN_CHARS`] printable ASCII characters without spaces that do not look typed
+    /// (one piece repeated, a run like `abcd`, few distinct characters): generate it, for
+    /// example with `openssl rand -hex 32`.
+    pub fn with_token(mut self, token: Option<String>) -> Result<DashboardConfig> {
+        self.token = strong_token(token)?;
+        self.check_tokens_differ()?;
+        Ok(self)
+    }
+
+    /// A second, read-only token: it shows every view and runs no action (checked like
+    /// [`DashboardConfig::with_token`]'s, and it must differ from the action token). With
+    /// only a viewer token the dashboard is read-only and reading needs the token.
+    pub fn with_viewer_token(mut self, token: Option<String>) -> Result<DashboardConfig> {
+        self.viewer_token = strong_token(token)?;
+        self.check_tokens_differ()?;
+        Ok(self)
+    }
+
+    fn check_tokens_differ(&self) -> Result<()> {
+        match (&self.token, &self.viewer_token) {
+            (Some(a), Some(v)) if a == v => Err(Error::Config(
+                "the viewer token equals the action token: give the viewers a token of their own \
+                 (for example `openssl rand -hex 32`)"
+                    .to_owned(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Host names the dashboard answers to besides its own address and `localhost`: the names
+    /// operators reach it by (a DNS name, or the address a proxy or port mapping shows). A
+    /// request naming any other host in its `Host` header is refused, which is what defeats DNS
+    /// rebinding (see `docs/dashboard.md`). Names without scheme or port, like
+    /// `ops.example.com`.
+    pub fn with_allowed_hosts<I, T>(mut self, names: I) -> Result<DashboardConfig>
+    where
+        I: IntoIterator<Item = T>,
+        T: AsRef<str>,
+    {
+        for name in names {
+            let name = access::allowed_host_name(name.as_ref()).map_err(Error::Config)?;
+            if !self.allowed_hosts.contains(&name) {
+                self.allowed_hosts.push(name);
+            }
+        }
+        Ok(self)
     }
 
     /// Show event payloads in the event view (off by default: payloads can hold personal data).
@@ -140,14 +206,31 @@ impl DashboardConfig {
 
     /// Also print each action's audit line on standard error (the `outbox dashboard` command
     /// does; a service mounting the router has its own `tracing` subscriber).
+    /// One line per action request, every field quoted and escaped.
     pub fn with_audit_on_stderr(mut self, on: bool) -> DashboardConfig {
         self.audit_to_stderr = on;
         self
     }
 
-    /// Whether actions are enabled.
+    /// Whether actions are enabled (an action token is set).
     pub fn has_token(&self) -> bool {
         self.token.is_some()
+    }
+
+    /// Whether reading needs a token (an action or a viewer token is set).
+    pub fn needs_token_to_read(&self) -> bool {
+        self.token.is_some() || self.viewer_token.is_some()
+    }
+}
+
+/// `token` if it is strong enough, `None` for none or an empty one.
+fn strong_token(token: Option<String>) -> Result<Option<Arc<str>>> {
+    match token.filter(|t| !t.is_empty()) {
+        None => Ok(None),
+        Some(t) => {
+            check_token_strength(&t).map_err(Error::Config)?;
+            Ok(Some(Arc::from(t)))
+        }
     }
 }
 
@@ -174,10 +257,10 @@ pub fn router(pool: PgPool, config: DashboardConfig) -> Router {
         config,
         events,
     });
-    Router::new()
-        .route("/", get(index))
-        .route("/app.js", get(script))
-        .route("/app.css", get(style))
+    // The reads need a token when one is configured; the actions check theirs themselves
+    // (the action token only, and the caller's origin), and the page and its two files are
+    // open: they hold no data, and the page is where the token is pasted.
+    let reads = Router::new()
         .route("/api/config", get(api_config))
         .route("/api/overview", get(api_overview))
         .route("/api/types", get(api_types))
@@ -185,21 +268,40 @@ pub fn router(pool: PgPool, config: DashboardConfig) -> Router {
         .route("/api/events/{event_id}", get(api_event))
         .route("/api/claims", get(api_claims))
         .route("/api/contracts", get(api_contracts))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            access::require_token,
+        ));
+    Router::new()
+        .route("/", get(index))
+        .route("/app.js", get(script))
+        .route("/app.css", get(style))
+        .merge(reads)
         .route("/api/actions/retry", post(actions::retry_one))
         .route("/api/actions/retry-type", post(actions::retry_type))
         .route("/api/actions/purge", post(actions::purge))
         .fallback(not_found)
+        // The Host check comes first, for every route and the fallback alike.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            access::check_host,
+        ))
         .layer(middleware::from_fn(security_headers))
         .with_state(state)
 }
 
-/// Serve the dashboard on `listener` until `shutdown` completes.
+/// Serve the dashboard on `listener` until `shutdown` completes. Requests must name the
+/// listener's address (or `localhost` on loopback, or an allowed name) in their `Host`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     pool: PgPool,
     config: DashboardConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let config = DashboardConfig {
+        bound: Some(listener.local_addr()?.ip()),
+        ..config
+    };
     let app = router(pool, config);
     axum::serve(
         listener,
@@ -342,10 +444,16 @@ struct TableParam {
     table: Option<String>,
 }
 
-async fn api_config(State(d): Shared) -> ApiResult<serde_json::Value> {
+/// `read_only`: whether this caller can act (only with the action token).
+async fn api_config(
+    State(d): Shared,
+    Extension(access): Extension<Access>,
+) -> ApiResult<serde_json::Value> {
     Ok(axum::Json(serde_json::json!({
         "tables": d.config.tables,
-        "read_only": !d.config.has_token(),
+        "read_only": access != Access::Actions,
+        "actions_enabled": d.config.has_token(),
+        "token_required": d.config.needs_token_to_read(),
         "show_payloads": d.config.show_payloads,
         "refresh_seconds": d.config.refresh.as_secs(),
         "delivered_exact_up_to": queries::DELIVERED_EXACT_UP_TO,
@@ -353,13 +461,16 @@ async fn api_config(State(d): Shared) -> ApiResult<serde_json::Value> {
     })))
 }
 
-async fn api_overview(State(d): Shared) -> ApiResult<serde_json::Value> {
+async fn api_overview(
+    State(d): Shared,
+    Extension(access): Extension<Access>,
+) -> ApiResult<serde_json::Value> {
     let mut tables = Vec::with_capacity(d.config.tables.len());
     for table in &d.config.tables {
         tables.push(queries::overview(&d.pool, table).await?);
     }
     Ok(axum::Json(serde_json::json!({
-        "read_only": !d.config.has_token(),
+        "read_only": access != Access::Actions,
         "tables": tables,
     })))
 }

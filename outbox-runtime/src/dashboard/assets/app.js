@@ -4,16 +4,21 @@
 // attributes set one by one), never parsed as markup: an event type or an error holding
 // <script> shows as those characters. The Content-Security-Policy forbids inline script anyway.
 //
-// The action token lives in this tab's memory (the password field) and travels only in the
-// Authorization header of an action's request: never in a cookie, so no other site can make
-// the browser send it.
+// The token the operator pastes (when the dashboard has one) is kept in this tab's session
+// storage, which no other site and no other tab can read, and travels only in the
+// Authorization header of the page's requests: never in a cookie, so no other site can make the
+// browser send it.
 "use strict";
+
+const TOKEN_KEY = "outbox-dashboard-token";
 
 const state = {
   config: null,
   table: null,
   view: "overview",
   eventId: null,
+  // The table of the event shown in the event view: the one its link named.
+  eventTable: null,
   timer: null,
 };
 
@@ -65,8 +70,10 @@ function replaceRows(tbody, rows) {
   tbody.replaceChildren(...rows);
 }
 
-function eventLink(id) {
-  return el("a", { href: "#event/" + encodeURIComponent(id), class: "mono", "data-event-id": id, text: id });
+/** A link to an event's view; it names the event's table, whatever table the picker shows. */
+function eventLink(id, table) {
+  const href = "#event/" + encodeURIComponent(table) + "/" + encodeURIComponent(id);
+  return el("a", { href, class: "mono", "data-event-id": id, "data-table": table, text: id });
 }
 
 function notice(text, kind) {
@@ -76,14 +83,30 @@ function notice(text, kind) {
   box.hidden = false;
 }
 
+/** The token pasted into the field, else the one kept for this tab. */
+function token() {
+  return document.getElementById("token").value.trim() || sessionStorage.getItem(TOKEN_KEY) || "";
+}
+
+/** Headers of every request: the token, when there is one. */
+function authHeaders(headers) {
+  const t = token();
+  if (t) headers.Authorization = "Bearer " + t;
+  return headers;
+}
+
 async function getJson(path, params) {
   const url = new URL(path, document.baseURI);
   for (const [k, v] of Object.entries(params || {})) {
     if (v !== null && v !== undefined && v !== "") url.searchParams.set(k, v);
   }
-  const response = await fetch(url, { headers: { Accept: "application/json" } });
+  const response = await fetch(url, { headers: authHeaders({ Accept: "application/json" }) });
   const body = await response.json().catch(() => ({ error: "the server's answer is not JSON" }));
-  if (!response.ok) throw new Error(body.error || response.statusText);
+  if (!response.ok) {
+    const error = new Error(body.error || response.statusText);
+    error.status = response.status;
+    throw error;
+  }
   return body;
 }
 
@@ -109,11 +132,9 @@ function confirmAction(question, path, payload) {
 }
 
 async function sendAction(path, payload) {
-  const token = document.getElementById("token").value.trim();
   const operator = document.getElementById("operator").value.trim();
-  const headers = { "Content-Type": "application/json", Accept: "application/json" };
-  // An empty token is still sent as a request, so the server says what is missing.
-  if (token) headers.Authorization = "Bearer " + token;
+  // Without a token the request is still sent, so the server says what is missing.
+  const headers = authHeaders({ "Content-Type": "application/json", Accept: "application/json" });
   if (operator) headers["X-Outbox-Operator"] = operator;
   try {
     const response = await fetch(new URL(path, document.baseURI), {
@@ -229,7 +250,7 @@ function renderOverview(data) {
       : el("table", { class: "latest" },
         el("thead", {}, el("tr", {}, ...["latest failures", "type", "status", "attempts", "last error"].map((h) => el("th", { text: h })))),
         el("tbody", {}, ...t.latest_failures.map((r) => el("tr", { "data-event-id": r.event_id },
-          el("td", {}, eventLink(r.event_id)),
+          el("td", {}, eventLink(r.event_id, t.table)),
           el("td", { "data-field": "type", text: `${r.event_type} v${r.event_version}` }),
           el("td", { class: r.status === "exhausted" ? "bad" : "", text: r.status }),
           el("td", { text: `${r.attempts} / ${r.max_attempts}` }),
@@ -257,7 +278,7 @@ function renderOverview(data) {
   root.replaceChildren(...cards);
 }
 
-function renderTypes(rows) {
+function renderTypes(rows, table) {
   const tbody = document.querySelector("#types-table tbody");
   replaceRows(tbody, rows.map((r) => el("tr", { "data-type": r.event_type },
     el("td", { text: r.event_type }),
@@ -272,7 +293,7 @@ function renderTypes(rows) {
     el("td", { class: "error", text: r.last_error || "" }),
     el("td", {},
       el("a", { href: "#failures", onclick: () => setFilter({ type: r.event_type }) }, "failures"),
-      r.exhausted > 0 ? actionButton("Retry exhausted", `Retry all ${r.exhausted} exhausted events of type ${r.event_type}?`, "api/actions/retry-type", { event_type: r.event_type }) : null))));
+      r.exhausted > 0 ? actionButton("Retry exhausted", `Retry all ${r.exhausted} exhausted events of type ${r.event_type}?`, "api/actions/retry-type", { event_type: r.event_type, table }) : null))));
 }
 
 function filterValues() {
@@ -287,11 +308,11 @@ function setFilter(values) {
   for (const name of ["state", "type", "aggregate", "since", "error"]) form.elements[name].value = values[name] || "";
 }
 
-function renderFailures(rows) {
+function renderFailures(rows, table) {
   const tbody = document.querySelector("#failures-table tbody");
   document.getElementById("failures-empty").hidden = rows.length > 0;
   replaceRows(tbody, rows.map((r) => el("tr", { "data-event-id": r.event_id, "data-status": r.status },
-    el("td", {}, eventLink(r.event_id)),
+    el("td", {}, eventLink(r.event_id, table)),
     el("td", { "data-field": "type", text: `${r.event_type} v${r.event_version}` }),
     el("td", { "data-field": "status", class: r.status === "exhausted" ? "bad" : "", text: r.status }),
     el("td", { text: r.aggregate_id === null ? "-" : `${r.aggregate_type || ""} ${r.aggregate_id}` }),
@@ -302,7 +323,7 @@ function renderFailures(rows) {
     el("td", { "data-field": "claimed-by", text: r.claimed_by || "-" }),
     el("td", { text: fmtTime(r.updated_at) }),
     el("td", {}, r.status === "exhausted"
-      ? actionButton("Retry", `Retry event ${r.event_id} (${r.event_type})?`, "api/actions/retry", { event_id: r.event_id })
+      ? actionButton("Retry", `Retry event ${r.event_id} (${r.event_type})?`, "api/actions/retry", { event_id: r.event_id, table })
       : null))));
   const type = filterValues().type;
   const button = document.getElementById("retry-type");
@@ -310,7 +331,7 @@ function renderFailures(rows) {
   button.textContent = `Retry all exhausted of type ${type}`;
 }
 
-function renderClaims(rows) {
+function renderClaims(rows, table) {
   document.getElementById("claims-empty").hidden = rows.length > 0;
   const workers = new Map();
   for (const r of rows) {
@@ -328,7 +349,7 @@ function renderClaims(rows) {
     el("td", { text: fmtAge(w.max) }),
     el("td", { class: w.expired > 0 ? "bad" : "", text: w.expired }))));
   replaceRows(document.querySelector("#claims-table tbody"), rows.map((r) => el("tr", { "data-event-id": r.event_id },
-    el("td", {}, eventLink(r.event_id)),
+    el("td", {}, eventLink(r.event_id, table)),
     el("td", { text: `${r.event_type} v${r.event_version}` }),
     el("td", { text: r.claimed_by || "-" }),
     el("td", { text: r.attempts }),
@@ -351,8 +372,9 @@ function renderContracts(rows) {
     el("td", { class: r.state === "ok" ? "" : "bad", "data-field": "state", text: words[r.state] || r.state }))));
 }
 
-function renderEvent(e) {
+function renderEvent(e, table) {
   document.getElementById("event-id").textContent = e.event_id;
+  document.getElementById("event-table").textContent = table;
   const q = e.queue;
   const facts = [
     ["status", e.status],
@@ -383,7 +405,7 @@ function renderEvent(e) {
     ? el("pre", { class: "json", "data-field": "payload", text: JSON.stringify(e.payload, null, 2) })
     : el("p", { class: "hidden-payload", "data-field": "payload", text: "payload hidden (start the dashboard with --show-payloads to see payloads; they can hold personal data)" });
   const retry = e.status === "exhausted"
-    ? actionButton("Retry this event", `Retry event ${e.event_id} (${e.event_type})?`, "api/actions/retry", { event_id: e.event_id })
+    ? actionButton("Retry this event", `Retry event ${e.event_id} (${e.event_type}) in ${table}?`, "api/actions/retry", { event_id: e.event_id, table })
     : null;
   document.getElementById("event-body").replaceChildren(
     dl,
@@ -403,8 +425,12 @@ function renderEvent(e) {
 function route() {
   const hash = decodeURIComponent(location.hash.replace(/^#/, ""));
   if (hash.startsWith("event/")) {
+    // `event/<table>/<id>`, or `event/<id>` for the table in the picker.
+    const rest = hash.slice("event/".length);
+    const slash = rest.lastIndexOf("/");
     state.view = "event";
-    state.eventId = hash.slice("event/".length);
+    state.eventId = slash < 0 ? rest : rest.slice(slash + 1);
+    state.eventTable = slash < 0 ? state.table : rest.slice(0, slash);
   } else {
     state.view = ["overview", "types", "failures", "claims", "contracts"].includes(hash) ? hash : "overview";
   }
@@ -420,11 +446,14 @@ async function refresh() {
   const table = state.table;
   try {
     if (state.view === "overview") renderOverview(await getJson("api/overview"));
-    else if (state.view === "types") renderTypes(await getJson("api/types", { table }));
-    else if (state.view === "failures") renderFailures(await getJson("api/failures", Object.assign({ table }, filterValues())));
-    else if (state.view === "claims") renderClaims(await getJson("api/claims", { table }));
+    else if (state.view === "types") renderTypes(await getJson("api/types", { table }), table);
+    else if (state.view === "failures") renderFailures(await getJson("api/failures", Object.assign({ table }, filterValues())), table);
+    else if (state.view === "claims") renderClaims(await getJson("api/claims", { table }), table);
     else if (state.view === "contracts") renderContracts(await getJson("api/contracts"));
-    else if (state.view === "event") renderEvent(await getJson("api/events/" + encodeURIComponent(state.eventId), { table }));
+    else if (state.view === "event") {
+      const eventTable = state.eventTable;
+      renderEvent(await getJson("api/events/" + encodeURIComponent(state.eventId), { table: eventTable }), eventTable);
+    }
     const updated = document.getElementById("updated");
     updated.textContent = "updated " + new Date().toLocaleTimeString() + `, every ${state.config.refresh_seconds} s`;
     updated.classList.remove("bad");
@@ -437,27 +466,63 @@ async function refresh() {
   }
 }
 
-async function start() {
+/**
+ * Read the configuration with the token at hand and show the views. A dashboard with a token
+ * answers 401 until the token is pasted: then only the token field shows, and pasting it (Use)
+ * calls this again.
+ */
+async function load() {
   try {
     state.config = await getJson("api/config");
   } catch (e) {
-    notice("cannot read the dashboard's configuration: " + e.message, "error");
+    if (e.status === 401) {
+      document.getElementById("auth").hidden = false;
+      document.getElementById("mode").textContent = "locked: this dashboard needs its token";
+      notice(e.message, "error");
+      document.getElementById("token").focus();
+    } else {
+      notice("cannot read the dashboard's configuration: " + e.message, "error");
+    }
     return;
   }
+  document.getElementById("notice").hidden = true;
   const select = document.getElementById("table");
-  select.replaceChildren(...state.config.tables.map((t) => el("option", { value: t, text: t })));
-  state.table = state.config.tables[0];
+  if (state.table === null) {
+    select.replaceChildren(...state.config.tables.map((t) => el("option", { value: t, text: t })));
+    state.table = state.config.tables[0];
+  }
+  const mode = document.getElementById("mode");
+  mode.classList.toggle("read-only", state.config.read_only);
+  if (!state.config.read_only) mode.textContent = "actions enabled: each is confirmed and audited";
+  else if (state.config.actions_enabled) mode.textContent = "view-only token: actions need the action token";
+  else mode.textContent = "read-only: started without an action token, actions are off";
+  // The token field shows whenever the dashboard has a token, to paste another one.
+  document.getElementById("auth").hidden = !state.config.token_required && state.config.read_only;
+  route();
+  if (state.timer === null) state.timer = setInterval(refresh, state.config.refresh_seconds * 1000);
+}
+
+/** Keep the pasted token for this tab, and read the configuration again with it. */
+function useToken(ev) {
+  ev.preventDefault();
+  const field = document.getElementById("token");
+  const value = field.value.trim();
+  if (value) sessionStorage.setItem(TOKEN_KEY, value);
+  else sessionStorage.removeItem(TOKEN_KEY);
+  field.value = "";
+  field.placeholder = value ? "token kept for this tab (paste another to change it)" : "paste the dashboard token";
+  load();
+}
+
+function start() {
+  const select = document.getElementById("table");
   select.addEventListener("change", () => {
     state.table = select.value;
     refresh();
   });
-  const mode = document.getElementById("mode");
-  if (state.config.read_only) {
-    mode.textContent = "read-only: started without a token, actions are off";
-    mode.classList.add("read-only");
-  } else {
-    mode.textContent = "actions enabled: each needs the token";
-    document.getElementById("auth").hidden = false;
+  document.getElementById("auth").addEventListener("submit", useToken);
+  if (sessionStorage.getItem(TOKEN_KEY)) {
+    document.getElementById("token").placeholder = "token kept for this tab (paste another to change it)";
   }
   document.getElementById("failure-filter").addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -467,9 +532,10 @@ async function start() {
     const type = filterValues().type;
     confirmAction(`Retry every exhausted event of type ${type}?`, "api/actions/retry-type", { event_type: type });
   });
-  window.addEventListener("hashchange", route);
-  route();
-  state.timer = setInterval(refresh, state.config.refresh_seconds * 1000);
+  window.addEventListener("hashchange", () => {
+    if (state.config) route();
+  });
+  load();
 }
 
 document.addEventListener("DOMContentLoaded", start);
