@@ -92,13 +92,18 @@ async fn chromedriver() -> Driver {
     Driver { url, _child: child }
 }
 
+/// The name the DNS-rebinding test re-points at 127.0.0.1 (Chromium's own resolver rule, so no
+/// DNS is involved): a page there is same-origin with itself, not with the dashboard.
+const REBIND_HOST: &str = "rebind.test";
+
 async fn browser(driver: &Driver) -> Client {
     let mut capabilities = serde_json::Map::new();
     capabilities.insert(
         "goog:chromeOptions".to_owned(),
         serde_json::json!({
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1400,1000", "--lang=en-US"],
+                     "--window-size=1400,1000", "--lang=en-US",
+                     format!("--host-resolver-rules=MAP {REBIND_HOST} 127.0.0.1")],
         }),
     );
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();
@@ -331,52 +336,83 @@ async fn the_overview_and_failures_show_the_database_and_hostile_text_stays_text
     client.close().await.unwrap();
 }
 
+/// Type `token` into the token field and press Use.
+async fn paste_token(client: &Client, token: &str) {
+    let field = client.find(Locator::Css("#token")).await.unwrap();
+    field.clear().await.unwrap();
+    field.send_keys(token).await.unwrap();
+    click(client, "#use-token").await;
+}
+
+/// How many rows the failures table shows now.
+async fn failure_rows(client: &Client) -> usize {
+    client
+        .find_all(Locator::Css("#failures-table tbody tr"))
+        .await
+        .unwrap()
+        .len()
+}
+
 #[tokio::test]
-async fn a_retry_from_the_page_needs_the_token_and_moves_the_event_back_to_pending() {
+async fn the_page_asks_for_the_token_and_a_retry_needs_the_action_token() {
     let db = TestDatabase::new().await;
     let pool = db.pool();
     let s = scenario(pool).await;
-    let served = serve(
-        pool,
-        DashboardConfig::new().with_token(Some("s3cret".into())),
-    )
-    .await;
+    let served = serve(pool, with_viewer_token(with_token(DashboardConfig::new()))).await;
     let driver = chromedriver().await;
     let client = browser(&driver).await;
 
+    // Nothing shows before a token is pasted: the page says what it needs.
     client.goto(&served.url("/#failures")).await.unwrap();
-    wait_text(&client, "#mode", |t| t.contains("actions enabled")).await;
-    let retry = format!(
-        "#failures-table tr[data-event-id=\"{}\"] button.action",
-        s.exhausted_note
-    );
-    wait_text(&client, &retry, |t| t == "Retry").await;
+    wait_text(&client, "#mode", |t| t.contains("locked")).await;
+    let asked = wait_text(&client, "#notice", |t| !t.is_empty()).await;
+    assert!(asked.contains("needs its token"), "{asked}");
+    assert_eq!(failure_rows(&client).await, 0, "rows shown without a token");
 
-    // Without the token: the page asks for confirmation, the server refuses, nothing changes.
+    paste_token(&client, "not-the-token").await;
+    wait_text(&client, "#notice", |t| t.contains("the token is wrong")).await;
+    assert_eq!(
+        failure_rows(&client).await,
+        0,
+        "rows shown for a wrong token"
+    );
+
+    // The viewer token: every row, no action.
+    paste_token(&client, VIEWER_TOKEN).await;
+    wait_text(&client, "#mode", |t| t.contains("view-only")).await;
+    let row = format!("#failures-table tr[data-event-id=\"{}\"]", s.exhausted_note);
+    wait_text(&client, &format!("{row} [data-field=\"status\"]"), |t| {
+        t == "exhausted"
+    })
+    .await;
+    for b in client
+        .find_all(Locator::Css("button.action"))
+        .await
+        .unwrap()
+    {
+        assert!(
+            !b.is_displayed().await.unwrap(),
+            "an action button shows for the viewer token"
+        );
+    }
+
+    // The action token: a retry is confirmed in the page; cancelled, nothing is sent.
+    paste_token(&client, TOKEN).await;
+    wait_text(&client, "#mode", |t| t.contains("actions enabled")).await;
+    let retry = format!("{row} button.action");
+    wait_text(&client, &retry, |t| t == "Retry").await;
     click(&client, &retry).await;
     let question = wait_text(&client, "#confirm-text", |t| !t.is_empty()).await;
     assert!(
         question.contains(&s.exhausted_note.to_string()),
         "{question}"
     );
-    click(&client, "#confirm-yes").await;
-    let refused = wait_text(&client, "#notice", |t| t.starts_with("refused")).await;
-    assert!(refused.contains("needs the dashboard token"), "{refused}");
-    assert_eq!(status_of(pool, s.exhausted_note).await, "exhausted");
-
-    // Cancelled: nothing is sent.
-    click(&client, &retry).await;
     click(&client, "#confirm-no").await;
     assert_eq!(status_of(pool, s.exhausted_note).await, "exhausted");
 
-    // With the token pasted: confirmed, done, and the row leaves the exhausted list.
-    client
-        .find(Locator::Css("#token"))
-        .await
-        .unwrap()
-        .send_keys("s3cret")
-        .await
-        .unwrap();
+    // Kept for the tab: after a reload the page reads and acts without asking again.
+    client.refresh().await.unwrap();
+    wait_text(&client, "#mode", |t| t.contains("actions enabled")).await;
     client
         .find(Locator::Css("#operator"))
         .await
@@ -388,6 +424,143 @@ async fn a_retry_from_the_page_needs_the_token_and_moves_the_event_back_to_pendi
     click(&client, "#confirm-yes").await;
     wait_text(&client, "#notice", |t| t.contains("pending again")).await;
     wait_status(pool, s.exhausted_note, "pending").await;
+    client.close().await.unwrap();
+}
+
+/// Run `fetch(path)` in the page the browser shows; returns the answer's status and text (or
+/// status 0 and the error, when the fetch itself fails).
+async fn fetch_in_page(client: &Client, path: &str) -> (u64, String) {
+    let answer = client
+        .execute_async(
+            "const [path, done] = arguments;
+             fetch(path).then(async (r) => done([r.status, await r.text()]))
+                        .catch((e) => done([0, String(e)]));",
+            vec![serde_json::json!(path)],
+        )
+        .await
+        .unwrap();
+    (
+        answer[0].as_u64().unwrap(),
+        answer[1].as_str().unwrap().to_owned(),
+    )
+}
+
+/// DNS rebinding: a page served from `http://rebind.test:<port>/`, the name re-pointed at the
+/// dashboard's 127.0.0.1, can neither load the dashboard nor read its endpoints, payloads
+/// shown or not; the same browser reads them at the dashboard's own address.
+#[tokio::test]
+async fn a_page_on_a_rebound_name_cannot_read_the_dashboard() {
+    let db = TestDatabase::new().await;
+    let pool = db.pool();
+    let s = scenario(pool).await;
+    let served = serve(pool, DashboardConfig::new().with_payloads_shown(true)).await;
+    let driver = chromedriver().await;
+    let client = browser(&driver).await;
+    let event = format!("api/events/{}", s.delivered_private);
+
+    let rebound = format!("http://{REBIND_HOST}:{}/", served.address.port());
+    client.goto(&rebound).await.unwrap();
+    assert_eq!(client.current_url().await.unwrap().as_str(), rebound);
+    let page = client.source().await.unwrap();
+    assert!(page.contains("does not answer to the host"), "{page}");
+    for path in ["api/overview", "api/failures", event.as_str()] {
+        let (status, text) = fetch_in_page(&client, &format!("/{path}")).await;
+        assert_eq!(status, 403, "{path} from the rebound page: {text}");
+        assert!(
+            !text.contains("jane.doe") && !text.contains("order.confirmed"),
+            "{text}"
+        );
+    }
+
+    // The same browser at the dashboard's own address reads it.
+    client.goto(&served.url("/")).await.unwrap();
+    wait_text(&client, "#mode", |t| t.contains("read-only")).await;
+    let (status, text) = fetch_in_page(&client, &event).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("jane.doe"), "{text}");
+    client.close().await.unwrap();
+}
+
+/// A dashboard on every interface (`0.0.0.0`, with a token) shows nothing to a browser that
+/// has not pasted the token, and its endpoints answer that browser 401.
+#[tokio::test]
+async fn on_a_public_bind_the_page_reads_nothing_without_the_token() {
+    let db = TestDatabase::new().await;
+    let pool = db.pool();
+    scenario(pool).await;
+    let served = serve_on(pool, with_token(DashboardConfig::new()), "0.0.0.0:0").await;
+    let driver = chromedriver().await;
+    let client = browser(&driver).await;
+
+    client.goto(&served.url("/")).await.unwrap();
+    wait_text(&client, "#mode", |t| t.contains("locked")).await;
+    let cards = client
+        .find_all(Locator::Css("article[data-table]"))
+        .await
+        .unwrap();
+    assert!(cards.is_empty(), "the overview shows without the token");
+    for path in ["api/config", "api/overview", "api/types", "api/claims"] {
+        let (status, text) = fetch_in_page(&client, path).await;
+        assert_eq!(status, 401, "{path}: {text}");
+    }
+
+    paste_token(&client, TOKEN).await;
+    let expected = fmt_count(count(pool, "exhausted").await);
+    wait_text(
+        &client,
+        "[data-table=\"outbox\"] [data-field=\"exhausted\"]",
+        |t| t == expected,
+    )
+    .await;
+    client.close().await.unwrap();
+}
+
+/// A link in an overview card opens the event in that card's table, whatever table the picker
+/// shows.
+#[tokio::test]
+async fn an_overview_link_opens_the_event_in_its_own_table() {
+    let db = TestDatabase::new().await;
+    let pool = db.pool();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(
+        outbox_runtime::store::create_table_sql("notify_outbox").unwrap(),
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    let mut failed = Seed::new("notify.sent", "exhausted");
+    failed.attempts = 3;
+    failed.last_error = Some("mail server said 550".into());
+    let notify = insert_into(pool, "notify_outbox", &failed).await;
+    let served = serve(
+        pool,
+        DashboardConfig::new()
+            .with_tables(["outbox", "notify_outbox"])
+            .unwrap(),
+    )
+    .await;
+    let driver = chromedriver().await;
+    let client = browser(&driver).await;
+
+    client.goto(&served.url("/")).await.unwrap();
+    let link = format!("[data-table=\"notify_outbox\"] a[data-event-id=\"{notify}\"]");
+    wait_text(&client, &link, |t| t == notify.to_string()).await;
+    // The picker shows `outbox`, the first table.
+    let picked = client
+        .find(Locator::Css("#table"))
+        .await
+        .unwrap()
+        .prop("value")
+        .await
+        .unwrap();
+    assert_eq!(picked.as_deref(), Some("outbox"));
+    click(&client, &link).await;
+    let error = wait_text(&client, "#event-body [data-field=\"last-error\"]", |t| {
+        !t.is_empty()
+    })
+    .await;
+    assert_eq!(error, "mail server said 550");
+    let updated = wait_text(&client, "#updated", |t| !t.starts_with("loading")).await;
+    assert!(!updated.contains("no event"), "{updated}");
     client.close().await.unwrap();
 }
 

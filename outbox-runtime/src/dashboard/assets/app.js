@@ -73,7 +73,7 @@ function replaceRows(tbody, rows) {
 /** A link to an event's view; it names the event's table, whatever table the picker shows. */
 function eventLink(id, table) {
   const href = "#event/" + encodeURIComponent(table) + "/" + encodeURIComponent(id);
-  return el("a", { href, class: "mono", "data-event-id": id, "data-table": table, text: id });
+  return el("a", { href, class: "mono", "data-event-id": id, "data-event-table": table, text: id });
 }
 
 function notice(text, kind) {
