@@ -211,7 +211,7 @@ fn host_part(authority: &str) -> String {
 /// module's documentation). `bound` is the address it listens on, when it serves itself.
 fn host_allowed(authority: &str, bound: Option<IpAddr>, names: &[String]) -> bool {
     let host = host_part(authority);
-    if names.iter().any(|n| *n == host) {
+    if names.contains(&host) {
         return true;
     }
     let anywhere = bound.is_none_or(|ip| ip.is_unspecified());

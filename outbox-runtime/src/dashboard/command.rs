@@ -98,6 +98,7 @@ fn resolve_listen(listen: &str) -> Result<(Vec<SocketAddr>, Option<String>), Str
     }
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let name = (bare.parse::<IpAddr>().is_err()).then(|| bare.to_owned());
+    // The system resolver, blocking: once, at start, before anything else runs.
     let addresses: Vec<SocketAddr> = listen
         .to_socket_addrs()
         .map_err(|e| wrong(format!("cannot resolve it ({e})")))?
