@@ -7,7 +7,8 @@
 //! 127.0.0.1 is same-origin with itself in the browser, not with the dashboard, and every
 //! request it sends says `Host: attacker.example:8089`. An address given as an IP literal
 //! involves no DNS and cannot be rebound, so a dashboard that listens on every interface
-//! (`0.0.0.0`, `::`) answers to any IP literal.
+//! (`0.0.0.0`, `::`) answers to any IP literal, and so does one mounted in a service's own app
+//! (which does not tell it its address), besides `localhost` and the allowed names.
 //!
 //! With a token configured (the action token, the viewer token, or both), every route but the
 //! page and its two static files needs one of them in `Authorization: Bearer <token>`: the
