@@ -14,12 +14,19 @@ use crate::error::{Error, Result};
 /// The placeholder every statement file writes in place of the table name.
 pub const TABLE_PLACEHOLDER: &str = "/* TEMPLATE: table */outbox";
 
-/// The event table and its queue table, with their indexes (a template).
+/// The event table and its queue table, with their indexes and the invariants the database
+/// keeps between them (a template).
 pub(crate) const CREATE_TABLE: &str = concat!(
     include_str!("sql/create_table.sql"),
     "\n",
-    include_str!("sql/create_queue_table.sql")
+    include_str!("sql/create_queue_table.sql"),
+    "\n",
+    include_str!("sql/create_queue_invariants.sql")
 );
+/// The invariants alone, for a table created before them: the trigger that gives every
+/// inserted event its queue row and the foreign key from a queue row to its event (a template;
+/// `migrations/0005_queue_invariants.sql` is it for `outbox`).
+pub(crate) const QUEUE_INVARIANTS: &str = include_str!("sql/create_queue_invariants.sql");
 /// The upgrade of a table of the one-table layout to the split layout: the queue table, then
 /// the move of the state (a template; `migrations/0004_split_layout.sql` is it for `outbox`).
 pub(crate) const UPGRADE_SPLIT_LAYOUT: &str = concat!(
@@ -317,6 +324,12 @@ pub(crate) fn render_create_table(table: &str) -> Result<String> {
 pub(crate) fn render_upgrade_split_layout(table: &str) -> Result<String> {
     check_index_room(table)?;
     Ok(render(UPGRADE_SPLIT_LAYOUT, table))
+}
+
+/// The invariants of [`QUEUE_INVARIANTS`] for an existing outbox table named `table`.
+pub(crate) fn render_queue_invariants(table: &str) -> Result<String> {
+    check_index_room(table)?;
+    Ok(render(QUEUE_INVARIANTS, table))
 }
 
 /// A valid table name that leaves room for the longest index name derived from it.
