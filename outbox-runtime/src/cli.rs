@@ -18,6 +18,7 @@
 //! invisible to every other binary: move them into `src/lib.rs`.
 //!
 //! Commands: `migrate`, `migrations generate`, `migrations check`, `status [--json]`,
+//! `doctor [--repair] [--requeue]`,
 //! `retry <event-id>` / `retry --type <name>`, `purge --older-than <7d|12h|30m>`,
 //! `grants --enqueuer <role> --worker <role>`. `DATABASE_URL` (or `--database-url`) names
 //! the database.

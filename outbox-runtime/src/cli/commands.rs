@@ -1,5 +1,7 @@
 //! What each command does. Every failure becomes a message on `err` and an [`Exit`].
 
+mod doctor;
+
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -82,6 +84,16 @@ pub(crate) async fn execute(cli: Cli, mut cx: Context<'_>) -> Exit {
             tables,
             limit,
         } => status(&mut cx, url, &tables, limit, json).await,
+        Command::Doctor {
+            tables,
+            limit,
+            repair,
+            requeue,
+            json,
+        } => {
+            let actions = doctor::Actions { repair, requeue };
+            doctor::doctor(&mut cx, url, &tables, limit, actions, json).await
+        }
         Command::Retry {
             event_id,
             event_type,

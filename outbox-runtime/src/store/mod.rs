@@ -12,6 +12,7 @@
 mod aggregate_lock;
 mod contract_check;
 pub mod enqueue;
+pub mod integrity;
 pub mod listing;
 pub mod sql;
 

@@ -125,6 +125,32 @@ pub mod dashboard {
     ];
 }
 
+/// `outbox doctor`'s reads and repairs (`store::integrity`), one file each under
+/// `sql/integrity/`, with the same table placeholder.
+pub mod integrity {
+    /// Whether the table's invariants (the trigger, the foreign key) are in place and on.
+    pub const RULES: &str = include_str!("sql/integrity/rules.sql");
+    /// Queue rows whose event is gone, counted and listed.
+    pub const ORPHAN_QUEUE_ROWS: &str = include_str!("sql/integrity/orphan_queue_rows.sql");
+    /// Events without a queue row, streamed with what tells who wrote them.
+    pub const UNQUEUED_EVENTS: &str = include_str!("sql/integrity/unqueued_events.sql");
+    /// Delete the queue rows whose event is gone.
+    pub const DELETE_ORPHANS: &str = include_str!("sql/integrity/delete_orphans.sql");
+    /// Give listed events their queue row.
+    pub const REQUEUE_EVENTS: &str = include_str!("sql/integrity/requeue_events.sql");
+    /// Validate the foreign key added NOT VALID.
+    pub const VALIDATE_KEY: &str = include_str!("sql/integrity/validate_key.sql");
+
+    /// Every doctor statement with its name (for EXPLAIN, like [`super::STATEMENTS`]).
+    pub const STATEMENTS: &[(&str, &str)] = &[
+        ("integrity/rules", RULES),
+        ("integrity/orphan_queue_rows", ORPHAN_QUEUE_ROWS),
+        ("integrity/unqueued_events", UNQUEUED_EVENTS),
+        ("integrity/delete_orphans", DELETE_ORPHANS),
+        ("integrity/requeue_events", REQUEUE_EVENTS),
+    ];
+}
+
 /// Every statement template with its name (used by the EXPLAIN test in `tests/store_schema.rs`;
 /// render one with `template.replace(TABLE_PLACEHOLDER, table)`).
 pub const STATEMENTS: &[(&str, &str)] = &[
