@@ -12,9 +12,9 @@
 //! notification at a time on a session of its own (opened at the first wake-up with the
 //! service pool's settings, named `outbox-waker <table>` in `pg_stat_activity`, and kept), so a
 //! wake-up never waits for a connection of the service's pool, and is one round trip; every
-//! `wake` that arrives while one is being sent is folded into the next. No wake-up is lost: a
-//! `wake` called after a commit is followed by a notification sent after that call, so after
-//! the commit is visible. A transaction that
+//! `wake` that arrives while one is being sent is folded into the next. While the runtime runs,
+//! no wake-up is lost: a `wake` called after a commit is followed by a notification sent after
+//! that call, so after the commit is visible. A transaction that
 //! commits and never calls `wake` is still delivered, by the workers' polling. Once the pool is
 //! closed (the service is shutting down) the wake-ups asked for are dropped quietly and counted
 //! ([`Waker::notifications_dropped`]).
@@ -40,6 +40,8 @@
 //! // ... the business change, then the events, with EnqueueOptions::without_notify() ...
 //! tx.commit().await?;
 //! waker.wake();
+//! // ... before the process ends:
+//! waker.flush(std::time::Duration::from_secs(5)).await;
 //! # Ok(()) }
 //! ```
 
