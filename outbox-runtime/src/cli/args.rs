@@ -80,9 +80,10 @@ pub(crate) enum Command {
         /// Every exhausted event of this event type.
         #[arg(long = "type")]
         event_type: Option<String>,
-        /// Outbox table.
-        #[arg(long, default_value = crate::store::DEFAULT_TABLE)]
-        table: String,
+        /// Outbox table to act on (repeatable); default: `outbox` and every table the events
+        /// name. An event id is looked for in each; `--type` retries in each.
+        #[arg(long = "table")]
+        tables: Vec<String>,
     },
     /// Delete delivered events older than a duration (an event's age counts from its enqueue).
     Purge {
@@ -90,9 +91,10 @@ pub(crate) enum Command {
         /// delivery time, so the retention counts from the enqueue).
         #[arg(long, value_parser = parse_duration)]
         older_than: Duration,
-        /// Outbox table.
-        #[arg(long, default_value = crate::store::DEFAULT_TABLE)]
-        table: String,
+        /// Outbox table to purge (repeatable); default: `outbox` and every table the events
+        /// name, each in turn.
+        #[arg(long = "table")]
+        tables: Vec<String>,
         /// Rows deleted per statement.
         #[arg(long, default_value_t = 1000)]
         batch: i64,
