@@ -439,3 +439,39 @@ async fn doctor_repair_validates_a_key_the_upgrade_left_not_valid() {
     .unwrap();
     assert!(valid);
 }
+
+/// The guide's example, run as it is written: the business change and the event in one
+/// transaction, from SQL alone.
+#[tokio::test]
+async fn the_sql_enqueue_guide_example_runs_as_written() {
+    let db = TestDatabase::new().await;
+    let guide = include_str!("../docs/sql-enqueue.md");
+    let start = guide.find("```sql\n").expect("the guide's example") + "```sql\n".len();
+    let example = &guide[start..start + guide[start..].find("```").unwrap()];
+    sqlx::raw_sql(
+        "CREATE TABLE orders (id bigint PRIMARY KEY, status text); INSERT INTO orders VALUES (42, 'new')",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(example.to_owned()))
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let (status, event_id, aggregate): (String, uuid::Uuid, Option<String>) = sqlx::query_as(
+        "SELECT q.status, e.event_id, q.aggregate_id
+         FROM outbox e JOIN outbox_queue q USING (id), orders o
+         WHERE o.id = 42 AND o.status = 'placed'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        (status.as_str(), event_id, aggregate.as_deref()),
+        (
+            "pending",
+            event_id_for("outbox", "place-order/42"),
+            Some("42")
+        )
+    );
+}

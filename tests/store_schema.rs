@@ -216,6 +216,31 @@ async fn two_concurrent_migrations_of_an_empty_database_both_succeed() {
     assert_eq!(count_rows(db.pool()).await, 0);
 }
 
+/// A process of the earlier release starts after a process of a newer one applied a base
+/// migration the earlier one does not know (a rolling deploy): its `migrate` succeeds and
+/// leaves the newer migration alone. Before, it failed with "migration 7 was previously applied
+/// but is missing in the resolved migrations", and the earlier release could not start.
+#[tokio::test]
+async fn a_base_migration_of_a_newer_release_does_not_stop_this_one() {
+    let db = TestDatabase::new().await;
+    let table = outbox_runtime::migrate::MIGRATIONS_TABLE;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {table} (version, description, success, checksum, execution_time)
+         VALUES (999999, 'from a newer release', true, '\\x00', 1)"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    outbox_runtime::migrate(db.pool()).await.unwrap();
+    let versions: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT version FROM {table} ORDER BY version DESC LIMIT 1"
+    )))
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(versions, [999999], "the newer migration is left as it is");
+}
+
 #[tokio::test]
 async fn a_second_outbox_table_works_like_the_first() {
     let db = TestDatabase::new().await;
