@@ -6,10 +6,13 @@ mod generate_support;
 use std::time::Duration;
 
 use generate_support::*;
-use outbox_runtime::Store;
 use outbox_runtime::cli::{Exit, Outbox};
+use outbox_runtime::generate::CompiledEvent;
 use outbox_runtime::store::FailOutcome;
 use outbox_runtime::testing::TestDatabase;
+use outbox_runtime::{Event, Store};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sqlx::Row;
 
@@ -268,7 +271,9 @@ async fn retry_one_event_or_all_of_a_type() {
     .await;
     assert_eq!(exit, Exit::Ok, "{err}");
     assert!(
-        out.contains(&format!("event {exhausted} is pending again")),
+        out.contains(&format!(
+            "event {exhausted} in table outbox is pending again"
+        )),
         "{out}"
     );
     let row = sqlx::query(
@@ -286,13 +291,23 @@ async fn retry_one_event_or_all_of_a_type() {
         ("pending".to_owned(), 0)
     );
 
-    // Not exhausted (any more, or ever): exit 1 and nothing changes.
-    for id in [exhausted, delivered, uuid::Uuid::new_v4()] {
+    // Not exhausted (any more, or ever): exit 1, the error says where the event is, and
+    // nothing changes.
+    for (id, whereabouts) in [
+        (exhausted, "it is pending in table outbox".to_owned()),
+        (delivered, "it is delivered in table outbox".to_owned()),
+        (
+            uuid::Uuid::new_v4(),
+            "no event has that id there".to_owned(),
+        ),
+    ] {
         let (exit, _, err) =
             outbox(&cli, &["retry", &id.to_string(), "--database-url", &url]).await;
         assert_eq!(exit, Exit::Failed, "{err}");
         assert!(
-            err.contains(&format!("no exhausted event {id} in table outbox")),
+            err.contains(&format!(
+                "no exhausted event {id} in table outbox: {whereabouts}"
+            )),
             "{err}"
         );
     }
@@ -324,9 +339,9 @@ async fn retry_one_event_or_all_of_a_type() {
     )
     .await;
     assert_eq!(exit, Exit::Ok, "{err}");
-    assert!(
-        out.starts_with("2 exhausted events of type parcel.sent are pending again"),
-        "{out}"
+    assert_eq!(
+        out,
+        "2 exhausted events of type parcel.sent in table outbox are pending again with fresh attempts\n"
     );
     let exhausted_left: i64 =
         sqlx::query_scalar("SELECT count(*) FROM outbox_queue WHERE status = 'exhausted'")
@@ -384,6 +399,185 @@ async fn purge_deletes_only_delivered_events_past_the_age() {
         left.iter()
             .any(|(id, status)| *id == delivered && status == "delivered")
     );
+}
+
+/// A parcel written to a second outbox table of the same binary.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, Event)]
+#[outbox(name = "parcel.returned", version = 1, table = "returns_outbox")]
+pub struct ParcelReturned {
+    pub tracking: String,
+}
+
+/// Exhaust every pending event of `table` (claimed and failed for good).
+async fn exhaust_all(pool: &sqlx::PgPool, table: &str) {
+    let store = Store::for_table(pool.clone(), table).unwrap();
+    for claimed in store
+        .claim_batch("w", 100, Duration::from_secs(60), false)
+        .await
+        .unwrap()
+    {
+        store
+            .fail_if_owned(claimed.claim(), "down", Duration::ZERO, true)
+            .await
+            .unwrap();
+    }
+}
+
+/// The operator commands act on the table the event is in, as `status` shows every table: an
+/// exhausted event of a second outbox table is found by `retry <id>` (which says the table),
+/// `retry --type` and `purge` act on every table of the binary and report each, and an id found
+/// nowhere names the tables searched and exits 1. Before, all three looked at `outbox` only:
+/// `retry <id>` failed, and `retry --type` answered "0" with exit 0.
+#[tokio::test]
+async fn retry_and_purge_act_on_every_outbox_table_of_the_binary() {
+    let db = TestDatabase::new().await;
+    let url = db.url();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(
+        outbox_runtime::store::create_table_sql("returns_outbox").unwrap(),
+    ))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let returned = |n: usize| ParcelReturned {
+        tracking: format!("r-{n}"),
+    };
+    let mut tx = db.pool().begin().await.unwrap();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(
+            returned(n)
+                .enqueue(&mut tx, &format!("return/{n}"))
+                .await
+                .unwrap(),
+        );
+    }
+    tx.commit().await.unwrap();
+    exhaust_all(db.pool(), "returns_outbox").await;
+    enqueue_parcels(db.pool(), "p", 1).await;
+    let cli = Outbox::new().events(vec![
+        parcel_event(),
+        CompiledEvent {
+            contract: ParcelReturned::contract(),
+            table: ParcelReturned::TABLE.to_owned(),
+        },
+    ]);
+    let queue_status = |id: uuid::Uuid| {
+        let pool = db.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT coalesce(q.status, 'delivered') FROM returns_outbox e \
+                 LEFT JOIN returns_outbox_queue q ON q.id = e.id WHERE e.event_id = $1",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+
+    // One event, found in the second table without --table.
+    let (exit, out, err) = outbox(
+        &cli,
+        &["retry", &ids[0].to_string(), "--database-url", &url],
+    )
+    .await;
+    assert_eq!(exit, Exit::Ok, "{err}");
+    assert_eq!(
+        out,
+        format!(
+            "event {} in table returns_outbox is pending again with fresh attempts\n",
+            ids[0]
+        )
+    );
+    assert_eq!(queue_status(ids[0]).await, "pending");
+
+    // An id in no table: exit 1, naming every table searched.
+    let nowhere = uuid::Uuid::new_v4();
+    let (exit, out, err) = outbox(
+        &cli,
+        &["retry", &nowhere.to_string(), "--database-url", &url],
+    )
+    .await;
+    assert_eq!((exit, exit.code()), (Exit::Failed, 1), "{out}");
+    assert!(
+        err.contains(&format!(
+            "no exhausted event {nowhere} in tables outbox, returns_outbox: no event has that id there"
+        )) && err.contains("--table"),
+        "{err}"
+    );
+    // With --table, only that table is searched, and the error says so.
+    let (exit, _, err) = outbox(
+        &cli,
+        &[
+            "retry",
+            &ids[1].to_string(),
+            "--table",
+            "outbox",
+            "--database-url",
+            &url,
+        ],
+    )
+    .await;
+    assert_eq!(exit, Exit::Failed, "{err}");
+    assert!(
+        err.contains(&format!("no exhausted event {} in table outbox:", ids[1]))
+            && err.contains("only the tables given with --table"),
+        "{err}"
+    );
+    assert_eq!(queue_status(ids[1]).await, "exhausted");
+
+    // Every exhausted event of the type, in whichever table it is, each table reported.
+    let (exit, out, err) = outbox(
+        &cli,
+        &["retry", "--type", "parcel.returned", "--database-url", &url],
+    )
+    .await;
+    assert_eq!(exit, Exit::Ok, "{err}");
+    assert_eq!(
+        out,
+        "0 exhausted events of type parcel.returned in table outbox are pending again with fresh attempts\n\
+         2 exhausted events of type parcel.returned in table returns_outbox are pending again with fresh attempts\n\
+         2 in all, in 2 tables\n"
+    );
+    for id in &ids {
+        assert_eq!(queue_status(*id).await, "pending");
+    }
+
+    // Purge: every table in turn. Deliver the returns, and date them eight days back.
+    let store = Store::for_table(db.pool().clone(), "returns_outbox").unwrap();
+    for claimed in store
+        .claim_batch("w", 100, Duration::from_secs(60), false)
+        .await
+        .unwrap()
+    {
+        store.complete_if_owned(claimed.claim()).await.unwrap();
+    }
+    sqlx::query("UPDATE returns_outbox SET created_at = now() - interval '8 days'")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let (exit, out, err) = outbox(
+        &cli,
+        &["purge", "--older-than", "7d", "--database-url", &url],
+    )
+    .await;
+    assert_eq!(exit, Exit::Ok, "{err}");
+    assert_eq!(
+        out,
+        "deleted 0 delivered events older than 7d from outbox\n\
+         deleted 3 delivered events older than 7d from returns_outbox\n\
+         deleted 3 in all, from 2 tables\n"
+    );
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM returns_outbox")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    let parcels: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(parcels, 1, "the pending parcel of `outbox` is kept");
 }
 
 #[tokio::test]

@@ -762,3 +762,130 @@ async fn a_table_of_the_one_table_layout_is_upgraded_once_and_keeps_its_events()
         SPLIT_LAYOUT_INDEXES
     );
 }
+
+/// A migrations folder as the generator left it before the queue invariants: its migration
+/// created `shipping_outbox` in the split layout without the trigger and the foreign key, and
+/// its lock (format 2) lists the table and the migration's SHA-256.
+async fn split_layout_folder_without_invariants(
+    db: &TestDatabase,
+    events: &[CompiledEvent],
+) -> TempDir {
+    let dir = TempDir::new();
+    generate_migrations(dir.path(), events).unwrap();
+    let file = "0001_outbox_events.sql";
+    let sql = dir.read(file);
+    let invariants_start = sql
+        .find("-- The invariants of an outbox table that PostgreSQL keeps itself")
+        .expect("the table's invariants");
+    let contracts = sql
+        .find("\n-- ==== Contract registry")
+        .expect("the contracts' section");
+    let old = format!("{}{}", &sql[..invariants_start], &sql[contracts..]);
+    dir.write(file, &old);
+    let sha256: String = sqlx::query_scalar("SELECT encode(sha256(convert_to($1, 'UTF8')), 'hex')")
+        .bind(&old)
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    let mut lock = ContractLock::parse(&dir.read(LOCK_FILE)).unwrap();
+    lock.format = 2;
+    lock.migrations[0].sha256 = sha256;
+    dir.write(LOCK_FILE, &lock.render());
+    dir
+}
+
+/// A service whose earlier generator created `shipping_outbox` without the queue invariants:
+/// an event inserted by SQL there reads as delivered. The next generation writes one migration
+/// that adds them, and no more after that; applied, an event inserted by SQL gets its queue row
+/// and is delivered, a queue row cannot be inserted for an event that does not exist, and
+/// deleting an event deletes its delivery state.
+#[tokio::test]
+async fn a_table_without_the_queue_invariants_gets_them_once() {
+    let db = TestDatabase::new().await;
+    let events = [order_confirmed_v1(), shipment_sent()];
+    let dir = split_layout_folder_without_invariants(&db, &events).await;
+    apply_folder(&db, &dir).await;
+    let raw_insert = |key: &'static str| {
+        sqlx::query(
+            "INSERT INTO shipping_outbox (event_id, operation_key, payload_fingerprint, event_type,
+                                          event_version, payload)
+             VALUES (gen_random_uuid(), $1, '\\x00', 'shipment.sent', 1, '{\"tracking\": \"T\"}')",
+        )
+        .bind(key)
+    };
+    let queued = |key: &'static str| {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT EXISTS (SELECT 1 FROM shipping_outbox e JOIN shipping_outbox_queue q USING (id)
+                            WHERE e.operation_key = $1)",
+        )
+        .bind(key)
+    };
+    raw_insert("before").execute(db.pool()).await.unwrap();
+    assert!(
+        !queued("before").fetch_one(db.pool()).await.unwrap(),
+        "the fixture is the table before the invariants: a raw event gets no queue row"
+    );
+
+    let out = generate_migrations(dir.path(), &events).unwrap();
+    assert_eq!(
+        out.written_migration.as_deref(),
+        Some("0002_outbox_events.sql")
+    );
+    let upgrade = dir.read("0002_outbox_events.sql");
+    assert!(
+        upgrade.contains("-- Upgrades outbox tables with the queue invariants: shipping_outbox\n")
+            && upgrade.contains(
+                "-- ==== Outbox table shipping_outbox: the queue invariants (shipping_outbox_queue) ===="
+            )
+            && !upgrade.contains("split layout")
+            && !upgrade.contains("INSERT INTO outbox_contracts"),
+        "{upgrade}"
+    );
+    let lock = ContractLock::parse(&dir.read(LOCK_FILE)).unwrap();
+    assert_eq!(
+        (lock.format, lock.tables.as_slice()),
+        (LOCK_FORMAT, ["shipping_outbox".to_owned()].as_slice())
+    );
+    let files = dir.files();
+    let again = generate_migrations(dir.path(), &events).unwrap();
+    assert_eq!((again.written_migration, again.lock_written), (None, false));
+    assert_eq!(dir.files(), files, "a second run writes nothing");
+
+    apply_folder(&db, &dir).await;
+    raw_insert("after").execute(db.pool()).await.unwrap();
+    assert!(
+        queued("after").fetch_one(db.pool()).await.unwrap(),
+        "an event inserted by SQL gets its queue row"
+    );
+    let store = Store::for_table(db.pool().clone(), "shipping_outbox").unwrap();
+    let claimed = store
+        .claim_batch("w", 10, std::time::Duration::from_secs(30), false)
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed
+            .iter()
+            .map(|c| c.payload["tracking"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["T"],
+        "the raw event is claimable (the one from before stays as it was: `outbox doctor`)"
+    );
+    let orphan = sqlx::query("INSERT INTO shipping_outbox_queue (id) VALUES (999999)")
+        .execute(db.pool())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        orphan.as_database_error().and_then(|e| e.code()).as_deref(),
+        Some("23503"),
+        "{orphan}"
+    );
+    sqlx::query("DELETE FROM shipping_outbox WHERE operation_key = 'after'")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM shipping_outbox_queue")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "deleting the event deleted its queue row");
+}

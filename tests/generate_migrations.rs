@@ -592,13 +592,22 @@ fn the_tables_of_a_format_1_lock_are_upgraded_once() {
     assert!(
         sql.contains(
             "-- Upgrades outbox tables to the split layout: returns_outbox, shipping_outbox\n\
+             -- Upgrades outbox tables with the queue invariants: returns_outbox, shipping_outbox\n\
              -- Registers contracts: order.confirmed v2, shipment.sent v1\n"
         ),
         "{sql}"
     );
     for table in ["returns_outbox", "shipping_outbox"] {
         let upgrade = outbox_runtime::store::upgrade_split_layout_sql(table).unwrap();
-        assert!(sql.contains(upgrade.trim_end()), "{table}: {sql}");
+        let invariants = outbox_runtime::store::upgrade_queue_invariants_sql(table).unwrap();
+        let (split_at, invariants_at) = (
+            sql.find(upgrade.trim_end()),
+            sql.find(invariants.trim_end()),
+        );
+        assert!(
+            split_at.is_some() && invariants_at.is_some() && split_at < invariants_at,
+            "{table}: the split layout, then the invariants: {sql}"
+        );
         assert_eq!(sql.matches(&format!("LOCK TABLE {table} ")).count(), 1);
     }
     assert!(
@@ -642,7 +651,7 @@ fn check_names_the_upgrade_a_format_1_lock_needs() {
     assert_eq!(
         check.stale,
         [
-            "a new migration 0002_outbox_events.sql is needed (Upgrades outbox tables to the split layout: shipping_outbox)",
+            "a new migration 0002_outbox_events.sql is needed (Upgrades outbox tables to the split layout: shipping_outbox; Upgrades outbox tables with the queue invariants: shipping_outbox)",
             "outbox.lock is out of date"
         ],
     );
@@ -683,11 +692,11 @@ fn a_lock_of_an_unknown_format_is_refused() {
     for (format, expected) in [
         (
             generate::LOCK_FORMAT + 1,
-            "it has format 3, this generator writes format 2; upgrade outbox-runtime",
+            "it has format 4, this generator writes format 3; upgrade outbox-runtime",
         ),
         (
             0,
-            "it has format 0, which no generator writes (formats 1 to 2)",
+            "it has format 0, which no generator writes (formats 1 to 3)",
         ),
     ] {
         let mut lock = ContractLock::parse(&dir.read(LOCK_FILE)).unwrap();

@@ -387,6 +387,13 @@ async fn the_leader_publishes_the_queue_gauges() {
     .execute(db.pool())
     .await
     .unwrap();
+    // The insert gave gauge-5 a queue row too (the table's trigger): delivered has none.
+    sqlx::query(
+        "DELETE FROM gauged_queue WHERE id = (SELECT id FROM gauged WHERE operation_key = 'gauge-5')",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
     sqlx::query(
         "UPDATE gauged_queue SET status = 'exhausted', exhausted_at = now()
          WHERE id = (SELECT id FROM gauged WHERE operation_key = 'gauge-4')",

@@ -238,6 +238,89 @@ async fn a_caller_traceparent_is_kept_and_baggage_is_copied_only_when_asked() {
     assert_eq!(asked["baggage"], "tenant=acme", "{asked}");
 }
 
+/// The `Producer` (the README's fast path) stores the trace context like `Event::enqueue`:
+/// each of its events continues the producer span's trace, with `enqueue` and with
+/// `enqueue_with` (whose options still choose the baggage), instead of every delivery attempt
+/// starting a trace of its own.
+#[tokio::test]
+async fn a_producer_transaction_stores_the_trace_context_of_its_span() {
+    use opentelemetry::KeyValue;
+    use opentelemetry::baggage::BaggageExt;
+    use outbox_runtime::Producer;
+    use outbox_runtime::store::EnqueueOptions;
+
+    let db = TestDatabase::new().await;
+    spans();
+    let producer = Producer::new(db.pool().clone());
+    let span = tracing::info_span!("producer", otel.name = "place_order_producer");
+    span.set_parent(
+        opentelemetry::Context::new().with_baggage(vec![KeyValue::new("tenant", "acme")]),
+    )
+    .unwrap();
+    let (trace, producer_span) = async {
+        let cx = tracing::Span::current().context();
+        let ids = (
+            cx.span().span_context().trace_id(),
+            cx.span().span_context().span_id(),
+        );
+        let mut tx = producer.begin().await.unwrap();
+        tx.enqueue(
+            &OrderPlaced {
+                order: "o-producer".into(),
+            },
+            "place/o-producer",
+        )
+        .await
+        .unwrap();
+        let asked = EnqueueOptions {
+            trace_baggage: true,
+            ..EnqueueOptions::default()
+        };
+        tx.enqueue_with(
+            &OrderPlaced {
+                order: "o-producer-with".into(),
+            },
+            "place/o-producer-with",
+            &asked,
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        ids
+    }
+    .instrument(span)
+    .await;
+    producer.close().await;
+    assert_ne!(trace, TraceId::INVALID, "the producer span is recorded");
+    let expected = format!("00-{trace}-{producer_span}-01");
+
+    let plain = stored_headers(db.pool(), "o-producer").await;
+    assert_eq!(
+        plain["traceparent"], expected,
+        "Producer::enqueue stored no trace context: {plain}"
+    );
+    assert!(plain.get("baggage").is_none(), "{plain}");
+    let with = stored_headers(db.pool(), "o-producer-with").await;
+    assert_eq!(
+        with["traceparent"], expected,
+        "Producer::enqueue_with stored no trace context: {with}"
+    );
+    assert_eq!(with["baggage"], "tenant=acme", "{with}");
+
+    // The worker continues it: the delivery is a child of the producer's span.
+    let handle = worker(
+        db.pool(),
+        Dispatcher::builder()
+            .handler(on_order_placed)
+            .build()
+            .unwrap(),
+    )
+    .await;
+    let delivery = wait_for_span(trace, "outbox_delivery").await;
+    handle.shutdown().await;
+    assert_eq!(delivery.parent_span_id, producer_span);
+}
+
 // --- HTTP --------------------------------------------------------------------------------
 
 /// A receiver that continues the trace from the request's headers and applies the event

@@ -11,7 +11,8 @@ use std::time::Duration;
 use outbox_runtime::Store;
 use outbox_runtime::store::sql::{STATEMENTS, TABLE_PLACEHOLDER, dashboard};
 use outbox_runtime::store::{
-    create_table_sql, notify_channel, queue_table, upgrade_split_layout_sql,
+    create_table_sql, notify_channel, queue_table, upgrade_queue_invariants_sql,
+    upgrade_split_layout_sql,
 };
 use outbox_runtime::testing::TestDatabase;
 use outbox_runtime::{Error, Event};
@@ -47,6 +48,28 @@ fn the_split_layout_migration_is_the_upgrade_template_rendered_for_outbox() {
     );
 }
 
+#[test]
+fn the_queue_invariants_migration_is_the_invariants_template_rendered_for_outbox() {
+    let migration = include_str!("../outbox-runtime/migrations/0005_queue_invariants.sql");
+    let expected = upgrade_queue_invariants_sql("outbox").unwrap();
+    if std::env::var_os("OUTBOX_WRITE_MIGRATION").is_some() {
+        std::fs::write(
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/outbox-runtime/migrations/0005_queue_invariants.sql"
+            ),
+            &expected,
+        )
+        .unwrap();
+    }
+    assert_eq!(
+        migration, expected,
+        "outbox-runtime/migrations/0005_queue_invariants.sql must be outbox-runtime/src/store/sql/create_queue_invariants.sql \
+         rendered for `outbox` (store::upgrade_queue_invariants_sql); OUTBOX_WRITE_MIGRATION=1 rewrites it (a new \
+         file, before any release: an applied migration must never change)"
+    );
+}
+
 /// The catalog of the outbox tables of the database `pool` reaches: every column (in order, with
 /// its type, nullability, default and identity), index (its definition), constraint (its
 /// definition) and storage option, one line each, table by table.
@@ -78,7 +101,10 @@ async fn catalog(pool: &PgPool) -> Vec<String> {
                  SELECT 2, format('constraint %s %s', conname, pg_get_constraintdef(oid))
                  FROM pg_constraint WHERE conrelid = $1::regclass
                  UNION ALL
-                 SELECT 3, format('options %s', coalesce(reloptions::text, '(none)'))
+                 SELECT 3, 'trigger ' || pg_get_triggerdef(oid)
+                 FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal
+                 UNION ALL
+                 SELECT 4, format('options %s', coalesce(reloptions::text, '(none)'))
                  FROM pg_class WHERE oid = $1::regclass
              ) AS catalog ORDER BY kind, line",
         )
@@ -120,6 +146,8 @@ async fn the_base_migrations_reach_the_catalog_of_the_table_template() {
         "  index CREATE INDEX outbox_created_brin ON public.outbox USING brin (created_at) WITH (autosummarize='on')",
         "  index CREATE INDEX outbox_queue_open_idx ON public.outbox_queue USING btree (available_at, id) WHERE (exhausted_at IS NULL)",
         "  column id bigint NOT NULL GENERATED ALWAYS AS IDENTITY",
+        "  constraint outbox_queue_event_fk FOREIGN KEY (id) REFERENCES outbox(id) ON DELETE CASCADE",
+        "  trigger CREATE TRIGGER outbox_queue_new_events AFTER INSERT ON public.outbox REFERENCING NEW TABLE AS new_events FOR EACH STATEMENT EXECUTE FUNCTION outbox_queue_new_events()",
     ] {
         assert!(
             templated.iter().any(|l| l == line),
@@ -186,6 +214,31 @@ async fn two_concurrent_migrations_of_an_empty_database_both_succeed() {
     assert_eq!(applied, unique, "each migration applied once");
     assert_eq!(applied.first(), Some(&1));
     assert_eq!(count_rows(db.pool()).await, 0);
+}
+
+/// A process of the earlier release starts after a process of a newer one applied a base
+/// migration the earlier one does not know (a rolling deploy): its `migrate` succeeds and
+/// leaves the newer migration alone. Before, it failed with "migration 7 was previously applied
+/// but is missing in the resolved migrations", and the earlier release could not start.
+#[tokio::test]
+async fn a_base_migration_of_a_newer_release_does_not_stop_this_one() {
+    let db = TestDatabase::new().await;
+    let table = outbox_runtime::migrate::MIGRATIONS_TABLE;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {table} (version, description, success, checksum, execution_time)
+         VALUES (999999, 'from a newer release', true, '\\x00', 1)"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    outbox_runtime::migrate(db.pool()).await.unwrap();
+    let versions: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT version FROM {table} ORDER BY version DESC LIMIT 1"
+    )))
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(versions, [999999], "the newer migration is left as it is");
 }
 
 #[tokio::test]
@@ -308,6 +361,12 @@ async fn fill_realistic(pool: &PgPool) {
     .execute(pool)
     .await
     .unwrap();
+    // The insert gave every event a pending queue row (the table's trigger): replaced by the
+    // states below, and none for the delivered ones.
+    sqlx::query("DELETE FROM outbox_queue")
+        .execute(pool)
+        .await
+        .unwrap();
     sqlx::query(
         "INSERT INTO outbox_queue (id, aggregate_type, aggregate_id, status, available_at,
                                    lease_until, claimed_by, claim_version, attempts,
@@ -331,6 +390,7 @@ async fn fill_realistic(pool: &PgPool) {
     .execute(pool)
     .await
     .unwrap();
+
     for table in ["outbox", "outbox_queue"] {
         sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {table}")))
             .execute(pool)

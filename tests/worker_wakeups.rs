@@ -1,16 +1,21 @@
 //! Wake-ups sent after commit by a `Waker`: a burst of `wake` calls folds into few
 //! notifications, each sent after the call that asked for it, and a worker that polls rarely
-//! delivers events enqueued without the in-transaction NOTIFY as soon as the service wakes it.
+//! delivers events enqueued without the in-transaction NOTIFY as soon as the service wakes it,
+//! also when the process that committed exits right after (`Producer::close`); a wake-up never
+//! sent is counted.
 
 mod worker_support;
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, SharedString, Unit};
 use outbox_runtime::Event;
 use outbox_runtime::store::{EnqueueOptions, notify_channel};
 use outbox_runtime::waker::Waker;
 use outbox_runtime::worker::{Worker, WorkerEvent};
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgListener, PgPoolOptions};
 use worker_support::receiver::{Knobs, Receiver};
 use worker_support::*;
 
@@ -327,4 +332,182 @@ async fn a_producer_transaction_wakes_the_workers_after_its_own_commit() {
         "the rolled-back order was stored, or the committed one lost"
     );
     assert_eq!(count_status(&pool, "pending").await, 0);
+}
+
+/// A process that commits through a `Producer` and exits at once (a command-line tool, a batch
+/// job, the end of a service's `main`): `Producer::close` sends the commit's wake-up before the
+/// runtime ends, so a worker that polls every two minutes delivers the events within seconds.
+/// Without `close` the waker's task ended with the process before sending, and the events
+/// waited for the worker's next poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_closes_its_producer_wakes_the_workers_before_it_exits() {
+    let db = database().await;
+    let pool = db.pool().clone();
+    let poll = Duration::from_secs(120);
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::builder(
+        pool.clone(),
+        Receiver::new(pool.clone(), "w1", Knobs::default()),
+    )
+    .name("w1")
+    .poll_interval(poll)
+    .events(events_tx)
+    .start()
+    .await
+    .unwrap();
+    worker_is_listening_and_idle(&mut events).await;
+
+    let exited = tokio::time::timeout(
+        WAIT,
+        tokio::process::Command::new(example_binary("producer_exit"))
+            .env("DATABASE_URL", db.url())
+            .args(["--events", "5", "--close"])
+            .output(),
+    )
+    .await
+    .expect("examples/producer_exit did not exit within 30 s")
+    .expect("running examples/producer_exit");
+    assert!(
+        exited.status.success(),
+        "examples/producer_exit failed: {}",
+        String::from_utf8_lossy(&exited.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&exited.stdout).trim(), "committed");
+
+    // A sixth of the poll interval: only the wake-up can have brought them this early.
+    wait_until(
+        poll / 6,
+        "the 5 events of the exited process are delivered long before the worker's poll",
+        || async { count_status(&pool, "delivered").await == 5 },
+    )
+    .await;
+    worker.shutdown().await;
+    assert_eq!(effects(&pool).await, 5);
+}
+
+/// A recorder of counters only, for one thread (`metrics::with_local_recorder`): each series
+/// as `name{label=value,...}` (labels sorted) with its total.
+#[derive(Clone, Default)]
+struct Counters(Arc<Mutex<BTreeMap<String, u64>>>);
+
+impl Counters {
+    fn get(&self, series: &str) -> Option<u64> {
+        self.0.lock().unwrap().get(series).copied()
+    }
+}
+
+struct CounterSeries {
+    series: String,
+    totals: Counters,
+}
+
+impl metrics::CounterFn for CounterSeries {
+    fn increment(&self, n: u64) {
+        *self
+            .totals
+            .0
+            .lock()
+            .unwrap()
+            .entry(self.series.clone())
+            .or_default() += n;
+    }
+
+    fn absolute(&self, n: u64) {
+        self.totals.0.lock().unwrap().insert(self.series.clone(), n);
+    }
+}
+
+impl metrics::Recorder for Counters {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        let mut labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        labels.sort();
+        let series = format!("{}{{{}}}", key.name(), labels.join(","));
+        self.0.lock().unwrap().entry(series.clone()).or_default();
+        Counter::from_arc(Arc::new(CounterSeries {
+            series,
+            totals: self.clone(),
+        }))
+    }
+
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::noop()
+    }
+
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
+    }
+}
+
+const ABANDONED: &str = "outbox_wake_ups_unsent_total{reason=abandoned,table=outbox}";
+
+/// The runtime ends (as at the end of a process) right after a `Producer`'s commit asked for
+/// a wake-up, without `close`: the wake-up is never sent, and it is counted as abandoned
+/// instead of vanishing. With `close` it is sent before `close` returns, and nothing is
+/// abandoned. The recorder is this thread's, and so is the runtime its tasks run on.
+#[test]
+fn a_wake_up_the_runtime_ends_before_sending_is_counted_unless_the_producer_is_closed() {
+    // The database outlives both runtimes below; each connects its own pool.
+    let outer = tokio::runtime::Runtime::new().unwrap();
+    let db = outer.block_on(database());
+    let url = db.url();
+    let connect = || async {
+        PgPoolOptions::new()
+            .max_connections(2)
+            .connect(&url)
+            .await
+            .unwrap()
+    };
+
+    let without_close = Counters::default();
+    metrics::with_local_recorder(&without_close, || {
+        let runtime = current_thread_runtime();
+        runtime.block_on(async {
+            let producer = outbox_runtime::Producer::new(connect().await);
+            let mut tx = producer.begin().await.unwrap();
+            tx.enqueue(&Job { n: 1 }, "job-1").await.unwrap();
+            tx.commit().await.unwrap();
+            // `main` returns here: the waker's task does not run again before the runtime ends.
+        });
+        drop(runtime);
+    });
+    assert_eq!(
+        without_close.get(ABANDONED),
+        Some(1),
+        "the unsent wake-up was not counted: {:?}",
+        without_close.0.lock().unwrap()
+    );
+
+    let with_close = Counters::default();
+    metrics::with_local_recorder(&with_close, || {
+        let runtime = current_thread_runtime();
+        runtime.block_on(async {
+            let mut listener = PgListener::connect(&url).await.unwrap();
+            listener.listen(&notify_channel("outbox")).await.unwrap();
+            let producer = outbox_runtime::Producer::new(connect().await);
+            let mut tx = producer.begin().await.unwrap();
+            tx.enqueue(&Job { n: 2 }, "job-2").await.unwrap();
+            tx.commit().await.unwrap();
+            producer.close().await;
+            let wake_up = tokio::time::timeout(WAIT, listener.recv())
+                .await
+                .expect("no wake-up arrived after the producer's close")
+                .unwrap();
+            assert_eq!(wake_up.channel(), "outbox");
+        });
+        drop(runtime);
+    });
+    assert_eq!(
+        with_close.get(ABANDONED),
+        Some(0),
+        "a closed producer left a wake-up unsent: {:?}",
+        with_close.0.lock().unwrap()
+    );
+    drop(db);
 }

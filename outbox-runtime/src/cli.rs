@@ -18,9 +18,12 @@
 //! invisible to every other binary: move them into `src/lib.rs`.
 //!
 //! Commands: `migrate`, `migrations generate`, `migrations check`, `status [--json]`,
+//! `doctor [--repair] [--requeue]`,
 //! `retry <event-id>` / `retry --type <name>`, `purge --older-than <7d|12h|30m>`,
 //! `grants --enqueuer <role> --worker <role>`. `DATABASE_URL` (or `--database-url`) names
-//! the database.
+//! the database. The commands that read or change events (`status`, `retry`, `purge`, and
+//! `grants`) act on every outbox table of the binary (`outbox` and every table its events
+//! name) unless `--table` names some.
 //!
 //! Exit codes are stable for scripts; [`Exit`] is their one table ([`Exit::meaning`]), which
 //! `outbox --help` prints.
@@ -74,7 +77,8 @@ impl Exit {
             Exit::Ok => "done",
             Exit::Failed => {
                 "a check failed: stale migrations, contract drift, a registry mismatch, or `retry <id>` found no \
-                 exhausted event with that id (`retry --type` exits 0 and prints the count, 0 included)"
+                 exhausted event with that id in the tables it searched (`retry --type` exits 0 and prints the \
+                 counts, 0 included)"
             }
             Exit::Usage => {
                 "usage: bad arguments, an invalid table or role name, no database URL or one that is not \

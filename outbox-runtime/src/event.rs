@@ -63,12 +63,7 @@ pub trait Event: Serialize + DeserializeOwned + Send + Sync + 'static {
     where
         Self: Sized + CurrentEvent,
     {
-        async move {
-            let options = EnqueueOptions::default();
-            let traced = with_trace_context(&options);
-            let options = traced.as_ref().unwrap_or(&options);
-            crate::store::enqueue::enqueue_event(tx, self, operation_key, options).await
-        }
+        async move { enqueue_typed(tx, self, operation_key, &EnqueueOptions::default()).await }
     }
 
     /// [`Event::enqueue`] with explicit options (wake-up notification, limits, delay).
@@ -81,12 +76,23 @@ pub trait Event: Serialize + DeserializeOwned + Send + Sync + 'static {
     where
         Self: Sized + CurrentEvent,
     {
-        async move {
-            let traced = with_trace_context(options);
-            let options = traced.as_ref().unwrap_or(options);
-            crate::store::enqueue::enqueue_event(tx, self, operation_key, options).await
-        }
+        async move { enqueue_typed(tx, self, operation_key, options).await }
     }
+}
+
+/// The typed enqueue behind every public path ([`Event::enqueue`], [`Event::enqueue_with`],
+/// and [`crate::producer::ProducerTransaction`]'s): the current trace context is added to the
+/// headers here, then the store writes what it is given. One function, so that no path
+/// forgets the capture (the producer's once did, and each of its events started a new trace).
+pub(crate) async fn enqueue_typed<E: CurrentEvent>(
+    tx: &mut Transaction<'_, Postgres>,
+    event: &E,
+    operation_key: &str,
+    options: &EnqueueOptions,
+) -> crate::error::Result<Uuid> {
+    let traced = with_trace_context(options);
+    let options = traced.as_ref().unwrap_or(options);
+    crate::store::enqueue::enqueue_event(tx, event, operation_key, options).await
 }
 
 /// `options` with the current trace context added to its headers (feature `opentelemetry`,

@@ -9,6 +9,14 @@
 //! notification and, once [`ProducerTransaction::commit`] has committed, wake the workers of
 //! every table they wrote to. A transaction that rolls back (or is dropped) wakes nobody.
 //!
+//! The wake-up is sent by a background task after `commit` returns, so it needs the runtime to
+//! keep running for a moment. Before a process ends (the end of `main`, after the server's
+//! graceful shutdown; a command-line tool or batch job after its last commit), call
+//! [`Producer::close`]: it waits until the wake-ups asked for have gone out. Without it the
+//! last commits are found by the workers' polling instead, a poll interval later, and each
+//! wake-up not sent is counted (`outbox_wake_ups_unsent_total`, reason `abandoned`; see
+//! [`crate::waker`]).
+//!
 //! ```no_run
 //! # async fn f(pool: sqlx::PgPool, event: impl outbox_runtime::event::CurrentEvent) -> outbox_runtime::error::Result<()> {
 //! use outbox_runtime::producer::Producer;
@@ -21,6 +29,8 @@
 //!     .await?;
 //! tx.enqueue(&event, "confirm-order/42").await?;
 //! tx.commit().await?; // commits, then wakes the workers
+//!
+//! producer.close().await; // at the end of the process: the last wake-ups go out
 //! # Ok(()) }
 //! ```
 
@@ -32,9 +42,8 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::error::Result;
-use crate::event::CurrentEvent;
+use crate::event::{CurrentEvent, enqueue_typed};
 use crate::store::EnqueueOptions;
-use crate::store::enqueue::enqueue_event;
 use crate::waker::Waker;
 
 /// Begins business transactions whose enqueued events wake the workers after commit. Cheap to
@@ -91,6 +100,42 @@ impl Producer {
         }
     }
 
+    /// Send the wake-ups asked for so far and wait until each has been answered (sent, or
+    /// given up and counted: see [`Waker::flush`]), then let go of this handle. Call it when
+    /// the service is done committing, before its runtime ends: a process that exits right
+    /// after its last `commit` otherwise ends the waker's task before the notification is out,
+    /// and the workers see that commit only at their next poll.
+    ///
+    /// It waits at most the pool's acquire timeout (the time the service allows for reaching
+    /// the database); a wake-up still unsent then is counted when the runtime ends
+    /// (`outbox_wake_ups_unsent_total`, reason `abandoned`). Clones of this producer stay
+    /// usable: it answers every wake-up asked for before the call, whichever clone asked.
+    pub async fn close(self) {
+        let wakers: Vec<(&'static str, Waker)> = self
+            .wakers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(table, waker)| (*table, waker.clone()))
+            .collect();
+        let timeout = self.pool.options().get_acquire_timeout();
+        let flushed = futures::future::join_all(
+            wakers
+                .iter()
+                .map(|(table, waker)| async move { (*table, waker.flush(timeout).await) }),
+        )
+        .await;
+        for (table, answered) in flushed {
+            if !answered {
+                tracing::warn!(
+                    table,
+                    ?timeout,
+                    "the producer closed before its last wake-up was answered; the workers' polling picks the events up"
+                );
+            }
+        }
+    }
+
     fn waker_for(&self, table: &'static str) -> Result<Waker> {
         let mut wakers = self
             .wakers
@@ -139,8 +184,10 @@ impl ProducerTransaction {
             .await
     }
 
-    /// [`enqueue`](Self::enqueue) with options (limits, headers, delay). The options' `notify`
-    /// is ignored: the wake-up is always sent after commit instead.
+    /// [`enqueue`](Self::enqueue) with options (limits, headers, delay, `trace_baggage`). The
+    /// options' `notify` is ignored: the wake-up is always sent after commit instead. The
+    /// current trace context is stored with the event as by
+    /// [`Event::enqueue_with`](crate::Event::enqueue_with) (feature `opentelemetry`).
     pub async fn enqueue_with<E: CurrentEvent>(
         &mut self,
         event: &E,
@@ -151,7 +198,8 @@ impl ProducerTransaction {
             notify: false,
             ..options.clone()
         };
-        let id = enqueue_event(&mut self.tx, event, operation_key, &options).await?;
+        // The typed path: the trace context is captured as by `Event::enqueue`.
+        let id = enqueue_typed(&mut self.tx, event, operation_key, &options).await?;
         if !self.tables.contains(&E::TABLE) {
             // Validates the table name once and starts its waker before the commit, so the
             // commit itself cannot fail for a reason that has nothing to do with the database.

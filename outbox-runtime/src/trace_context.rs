@@ -9,7 +9,9 @@
 //!                  └─ consumer span (continued with inbox::continue_trace)
 //! ```
 //!
-//! - **Enqueue** ([`crate::Event::enqueue`], [`crate::Event::enqueue_with`]) writes the current
+//! - **Enqueue** ([`crate::Event::enqueue`], [`crate::Event::enqueue_with`], and a
+//!   [`crate::Producer`] transaction's `enqueue` and `enqueue_with`, all through one typed
+//!   enqueue function) writes the current
 //!   context into the event's headers as W3C `traceparent` and `tracestate`: the current
 //!   `tracing` span's OpenTelemetry context (through `tracing-opentelemetry`), or else
 //!   OpenTelemetry's own current context. Headers the caller set win: an event whose headers

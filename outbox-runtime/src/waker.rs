@@ -12,12 +12,23 @@
 //! notification at a time on a session of its own (opened at the first wake-up with the
 //! service pool's settings, named `outbox-waker <table>` in `pg_stat_activity`, and kept), so a
 //! wake-up never waits for a connection of the service's pool, and is one round trip; every
-//! `wake` that arrives while one is being sent is folded into the next. No wake-up is lost: a
-//! `wake` called after a commit is followed by a notification sent after that call, so after
-//! the commit is visible. A transaction that
+//! `wake` that arrives while one is being sent is folded into the next. While the runtime runs,
+//! no wake-up is lost: a `wake` called after a commit is followed by a notification sent after
+//! that call, so after the commit is visible. A transaction that
 //! commits and never calls `wake` is still delivered, by the workers' polling. Once the pool is
 //! closed (the service is shutting down) the wake-ups asked for are dropped quietly and counted
 //! ([`Waker::notifications_dropped`]).
+//!
+//! The notification is sent by a task, so it needs the runtime to go on running after `wake`:
+//! a process that exits right after its last commit (the end of `main`, a command-line tool, a
+//! batch job) ends the task before it has sent anything, and the workers find that commit only
+//! at their next poll. [`Waker::flush`] waits until every wake-up asked for before it has been
+//! answered; [`crate::Producer::close`] does that for every table. A wake-up still unanswered
+//! when the task ends is counted as abandoned.
+//!
+//! Every wake-up asked for and never sent is counted in the counter [`WAKE_UPS_UNSENT_TOTAL`]
+//! (labels `table` and `reason`: [`REASON_FAILED`], [`REASON_POOL_CLOSED`],
+//! [`REASON_ABANDONED`]), through the `metrics` facade; see `docs/observability.md`.
 //!
 //! ```no_run
 //! # async fn f(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
@@ -29,6 +40,8 @@
 //! // ... the business change, then the events, with EnqueueOptions::without_notify() ...
 //! tx.commit().await?;
 //! waker.wake();
+//! // ... before the process ends:
+//! waker.flush(std::time::Duration::from_secs(5)).await;
 //! # Ok(()) }
 //! ```
 
@@ -37,7 +50,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::PgPool;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::error::Result;
@@ -51,6 +64,20 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// The default least time between two notifications (see [`Waker::with_min_gap`]).
 pub const DEFAULT_MIN_GAP: Duration = Duration::from_millis(2);
 
+/// Counter: wake-ups asked for with [`Waker::wake`] (or by a [`crate::Producer`]'s commit) and
+/// never sent. Labels `table` and `reason` (one of [`REASON_FAILED`], [`REASON_POOL_CLOSED`],
+/// [`REASON_ABANDONED`]). The events are not lost: the workers' polling delivers them, later.
+/// Registered at zero for each reason when a waker starts.
+pub const WAKE_UPS_UNSENT_TOTAL: &str = "outbox_wake_ups_unsent_total";
+/// `reason` of [`WAKE_UPS_UNSENT_TOTAL`]: the notification statement failed.
+pub const REASON_FAILED: &str = "failed";
+/// `reason` of [`WAKE_UPS_UNSENT_TOTAL`]: the service's pool had been closed.
+pub const REASON_POOL_CLOSED: &str = "pool_closed";
+/// `reason` of [`WAKE_UPS_UNSENT_TOTAL`]: the waker's task ended (its runtime shut down, as at
+/// the end of a process) before it answered the wake-up; [`crate::Producer::close`] or
+/// [`Waker::flush`] before the end prevents it.
+pub const REASON_ABANDONED: &str = "abandoned";
+
 /// Sends coalesced wake-up notifications for one outbox table after commits. Cheap to clone;
 /// the background task stops when the last clone is dropped (after sending a wake-up that was
 /// asked for and not yet sent).
@@ -61,13 +88,32 @@ pub struct Waker {
 }
 
 /// What the handles and the task share.
-#[derive(Default)]
 struct Signal {
     /// Holds at most one stored wake-up: the coalescing.
     requested: Notify,
+    /// `wake` calls so far; each is answered by the first round that starts after it.
+    asked: AtomicU64,
+    /// The value of `asked` read at the start of the last round that ended (sent, failed or
+    /// dropped): every `wake` up to that count has been answered. [`Waker::flush`] waits on it.
+    answered: watch::Sender<u64>,
     sent: AtomicU64,
     failed: AtomicU64,
     dropped: AtomicU64,
+    abandoned: AtomicU64,
+}
+
+impl Signal {
+    fn new() -> Signal {
+        Signal {
+            requested: Notify::new(),
+            asked: AtomicU64::new(0),
+            answered: watch::Sender::new(0),
+            sent: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            abandoned: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Waker {
@@ -87,7 +133,10 @@ impl Waker {
     pub fn with_min_gap(pool: PgPool, table: &str, min_gap: Duration) -> Result<Waker> {
         let statement = sql::statements(table)?.wake;
         let channel = notify_channel(table);
-        let signal = Arc::new(Signal::default());
+        for reason in [REASON_FAILED, REASON_POOL_CLOSED, REASON_ABANDONED] {
+            unsent(table, reason, 0);
+        }
+        let signal = Arc::new(Signal::new());
         let stop = CancellationToken::new();
         tokio::spawn(send_wake_ups(
             pool,
@@ -108,7 +157,25 @@ impl Waker {
     /// committed. Never blocks and never fails; many calls in quick succession send few
     /// notifications.
     pub fn wake(&self) {
+        // Counted before the permit is stored: the round the permit starts reads this count.
+        self.signal.asked.fetch_add(1, Ordering::SeqCst);
         self.signal.requested.notify_one();
+    }
+
+    /// Wait until every wake-up asked for before this call has been answered: sent, or given
+    /// up (failed, or dropped because the pool was closed; each counted). Returns at once when
+    /// none is outstanding. Waits at most `timeout`, and returns whether everything was
+    /// answered in time; what is still unanswered stays asked for, and is sent if the runtime
+    /// lives on.
+    ///
+    /// Call it before a process ends right after a commit (see the module documentation);
+    /// [`crate::Producer::close`] calls it for every table of the producer.
+    pub async fn flush(&self, timeout: Duration) -> bool {
+        let target = self.signal.asked.load(Ordering::SeqCst);
+        let mut answered = self.signal.answered.subscribe();
+        // The sender lives in `signal`, which this handle holds: `wait_for` cannot see it close.
+        let waited = tokio::time::timeout(timeout, answered.wait_for(|n| *n >= target)).await;
+        matches!(waited, Ok(Ok(_)))
     }
 
     /// Notifications sent so far.
@@ -126,6 +193,39 @@ impl Waker {
     pub fn notifications_dropped(&self) -> u64 {
         self.signal.dropped.load(Ordering::Relaxed)
     }
+
+    /// Wake-ups asked for and still unanswered when the task ended: its runtime shut down
+    /// before it sent them (a process that exited without [`Waker::flush`] or
+    /// [`crate::Producer::close`]). Read from a handle that outlived its runtime.
+    pub fn notifications_abandoned(&self) -> u64 {
+        self.signal.abandoned.load(Ordering::Relaxed)
+    }
+}
+
+/// Add `n` to [`WAKE_UPS_UNSENT_TOTAL`] of `table` for `reason` (zero registers the series).
+fn unsent(table: &str, reason: &'static str, n: u64) {
+    metrics::counter!(WAKE_UPS_UNSENT_TOTAL, "table" => table.to_owned(), "reason" => reason)
+        .increment(n);
+}
+
+/// Owned by the task: when the task ends, however it ends (its last handle dropped, or its
+/// runtime shutting down and dropping it mid-round), a wake-up asked for and not answered is
+/// counted as abandoned. Dropping is the only place that sees a runtime's shutdown.
+struct AbandonedOnDrop {
+    signal: Arc<Signal>,
+    table: String,
+}
+
+impl Drop for AbandonedOnDrop {
+    fn drop(&mut self) {
+        let asked = self.signal.asked.load(Ordering::SeqCst);
+        if asked > *self.signal.answered.borrow() {
+            // Coalesced like the notifications: any number of unanswered calls is one
+            // notification not sent.
+            self.signal.abandoned.fetch_add(1, Ordering::Relaxed);
+            unsent(&self.table, REASON_ABANDONED, 1);
+        }
+    }
 }
 
 impl std::fmt::Debug for Waker {
@@ -134,6 +234,7 @@ impl std::fmt::Debug for Waker {
             .field("notifications_sent", &self.notifications_sent())
             .field("notifications_failed", &self.notifications_failed())
             .field("notifications_dropped", &self.notifications_dropped())
+            .field("notifications_abandoned", &self.notifications_abandoned())
             .finish()
     }
 }
@@ -148,6 +249,10 @@ async fn send_wake_ups(
     signal: Arc<Signal>,
     stop: CancellationToken,
 ) {
+    let _abandoned = AbandonedOnDrop {
+        signal: Arc::clone(&signal),
+        table: table.clone(),
+    };
     // Named after its table, which is at most 43 bytes: the name fits PostgreSQL's 63.
     let own = derived_pool(&pool, &format!("outbox-waker {table}"), 1);
     let mut session = HeldSession::new(own.clone(), true);
@@ -158,16 +263,21 @@ async fn send_wake_ups(
             () = signal.requested.notified() => {}
             () = stop.cancelled() => break,
         }
+        // Every `wake` counted by now is answered by this round, whatever its outcome.
+        let round = signal.asked.load(Ordering::SeqCst);
         // A service that shuts down closes its pool, often right after its last commit asked
         // for a wake-up: the end of the service, not a failed notification.
         if pool.is_closed() {
             signal.dropped.fetch_add(1, Ordering::Relaxed);
+            unsent(&table, REASON_POOL_CLOSED, 1);
+            answer(&signal, round);
             own.close().await;
             continue;
         }
         match notify(&mut session, statement, &channel).await {
             Ok(()) => {
                 signal.sent.fetch_add(1, Ordering::Relaxed);
+                answer(&signal, round);
                 // Wake-ups asked for meanwhile are stored (one permit) and answered next round.
                 if !min_gap.is_zero() {
                     tokio::time::sleep(min_gap).await;
@@ -175,9 +285,13 @@ async fn send_wake_ups(
             }
             Err(_) if pool.is_closed() => {
                 signal.dropped.fetch_add(1, Ordering::Relaxed);
+                unsent(&table, REASON_POOL_CLOSED, 1);
+                answer(&signal, round);
             }
             Err(error) => {
                 signal.failed.fetch_add(1, Ordering::Relaxed);
+                unsent(&table, REASON_FAILED, 1);
+                answer(&signal, round);
                 tracing::warn!(%error, channel, "sending a wake-up failed; the workers' polling picks the events up");
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
@@ -185,6 +299,16 @@ async fn send_wake_ups(
     }
     drop(session);
     own.close().await;
+}
+
+/// Record that every `wake` up to `round` has been answered (rounds end in order, so the count
+/// only grows).
+fn answer(signal: &Signal, round: u64) {
+    signal.answered.send_if_modified(|answered| {
+        let grew = round > *answered;
+        *answered = (*answered).max(round);
+        grew
+    });
 }
 
 /// Send one notification on the waker's session; a failure on a session kept from an earlier

@@ -225,7 +225,7 @@ fn split_set(set: &str) -> (String, String) {
 }
 
 /// Insert a default pending event (event type `witness.event`, no aggregate) and, when
-/// `queued`, its queue row (pending, max_attempts 3), then apply `set` to them; returns
+/// `queued`, keep its queue row (pending, max_attempts 3; without, the event reads as delivered), then apply `set` to them; returns
 /// (id, event_id).
 async fn insert_row(
     conn: &mut PgConnection,
@@ -243,12 +243,14 @@ async fn insert_row(
     .fetch_one(&mut *conn)
     .await?;
     let id: i64 = row.get(0);
-    if queued {
-        sqlx::query("INSERT INTO outbox_queue (id, max_attempts) VALUES ($1, 3)")
-            .bind(id)
-            .execute(&mut *conn)
-            .await?;
-    }
+    // The insert gave the event its pending queue row (the table's trigger): set its
+    // attempts, or delete it for an event without one (delivered).
+    let queue_row = if queued {
+        "UPDATE outbox_queue SET max_attempts = 3 WHERE id = $1"
+    } else {
+        "DELETE FROM outbox_queue WHERE id = $1"
+    };
+    sqlx::query(queue_row).bind(id).execute(&mut *conn).await?;
     let (event_set, queue_set) = split_set(set);
     for (table, set) in [("outbox", event_set), ("outbox_queue", queue_set)] {
         if set.is_empty() {

@@ -51,6 +51,27 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(i64).range(0..=10_000))]
         limit: i64,
     },
+    /// Check that the database keeps each table's invariants (every event has its delivery
+    /// state; no delivery state without its event) and list the rows that break them.
+    /// Exits 1 when anything is wrong.
+    Doctor {
+        /// Outbox table (repeatable); default: `outbox` and every table the events name.
+        #[arg(long = "table")]
+        tables: Vec<String>,
+        /// How many rows of each kind to list per table (0 to 10000).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(i64).range(0..=10_000))]
+        limit: i64,
+        /// Delete the queue rows whose event is gone (nothing can deliver them) and validate
+        /// the foreign key that keeps new ones out.
+        #[arg(long)]
+        repair: bool,
+        /// Give every event listed as never claimed its queue row, so the workers deliver it.
+        #[arg(long)]
+        requeue: bool,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Put exhausted events back to pending with fresh attempts.
     #[command(group(clap::ArgGroup::new("which").required(true).args(["event_id", "event_type"])))]
     Retry {
@@ -59,9 +80,10 @@ pub(crate) enum Command {
         /// Every exhausted event of this event type.
         #[arg(long = "type")]
         event_type: Option<String>,
-        /// Outbox table.
-        #[arg(long, default_value = crate::store::DEFAULT_TABLE)]
-        table: String,
+        /// Outbox table to act on (repeatable); default: `outbox` and every table the events
+        /// name. An event id is looked for in each; `--type` retries in each.
+        #[arg(long = "table")]
+        tables: Vec<String>,
     },
     /// Delete delivered events older than a duration (an event's age counts from its enqueue).
     Purge {
@@ -69,9 +91,10 @@ pub(crate) enum Command {
         /// delivery time, so the retention counts from the enqueue).
         #[arg(long, value_parser = parse_duration)]
         older_than: Duration,
-        /// Outbox table.
-        #[arg(long, default_value = crate::store::DEFAULT_TABLE)]
-        table: String,
+        /// Outbox table to purge (repeatable); default: `outbox` and every table the events
+        /// name, each in turn.
+        #[arg(long = "table")]
+        tables: Vec<String>,
         /// Rows deleted per statement.
         #[arg(long, default_value_t = 1000)]
         batch: i64,

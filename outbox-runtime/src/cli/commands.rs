@@ -1,5 +1,7 @@
 //! What each command does. Every failure becomes a message on `err` and an [`Exit`].
 
+mod doctor;
+
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -82,16 +84,26 @@ pub(crate) async fn execute(cli: Cli, mut cx: Context<'_>) -> Exit {
             tables,
             limit,
         } => status(&mut cx, url, &tables, limit, json).await,
+        Command::Doctor {
+            tables,
+            limit,
+            repair,
+            requeue,
+            json,
+        } => {
+            let actions = doctor::Actions { repair, requeue };
+            doctor::doctor(&mut cx, url, &tables, limit, actions, json).await
+        }
         Command::Retry {
             event_id,
             event_type,
-            table,
-        } => retry(&mut cx, url, event_id, event_type, &table).await,
+            tables,
+        } => retry(&mut cx, url, event_id, event_type, &tables).await,
         Command::Purge {
             older_than,
-            table,
+            tables,
             batch,
-        } => purge(&mut cx, url, older_than, &table, batch).await,
+        } => purge(&mut cx, url, older_than, &tables, batch).await,
         Command::Grants {
             enqueuer,
             worker,
@@ -229,7 +241,22 @@ fn table_failure(table: &str, known: &[String], error: crate::Error) -> Failure 
     Failure::new(Exit::Database, message)
 }
 
-/// `outbox` plus every table the events name, sorted, unless `--table` was given.
+/// The tables a command reads or changes ([`tables_or_default`]), each name checked: a bad name
+/// is the caller's mistake whether or not the database is reachable, so it is refused before
+/// connecting.
+fn chosen_tables(cx: &Context<'_>, given: &[String]) -> Result<Vec<String>, Failure> {
+    let tables: Vec<String> = tables_or_default(cx, given)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    for table in &tables {
+        crate::store::validate_table_name(table)?;
+    }
+    Ok(tables)
+}
+
+/// The outbox tables of this binary, the one place every command learns them from: `outbox`
+/// plus every table the events name, sorted, unless `--table` was given.
 fn tables_or_default<'a>(cx: &'a Context<'_>, given: &'a [String]) -> Vec<&'a str> {
     if !given.is_empty() {
         return given.iter().map(String::as_str).collect();
@@ -361,15 +388,7 @@ async fn status(
     limit: i64,
     json: bool,
 ) -> Outcome {
-    let tables: Vec<String> = tables_or_default(cx, tables)
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
-    // A bad name is the caller's mistake whether or not the database is reachable: say so
-    // before connecting.
-    for table in &tables {
-        crate::store::validate_table_name(table)?;
-    }
+    let tables = chosen_tables(cx, tables)?;
     let pool = connect(url).await?;
     let known = known_tables(cx);
     let mut reports = Vec::new();
@@ -489,40 +508,26 @@ fn terminal_safe(text: &str) -> String {
     safe
 }
 
+/// `retry <id>` looks for the event in every table chosen (an event id is derived from its
+/// table, so it is in one at most) and says which table it acted on; `retry --type` acts on
+/// every table chosen and reports each.
 async fn retry(
     cx: &mut Context<'_>,
     url: Option<String>,
     event_id: Option<uuid::Uuid>,
     event_type: Option<String>,
-    table: &str,
+    given: &[String],
 ) -> Outcome {
-    crate::store::validate_table_name(table)?;
+    let tables = chosen_tables(cx, given)?;
     let pool = connect(url).await?;
-    let store = Store::for_table(pool, table)?;
     let known = known_tables(cx);
-    let failed = |e| table_failure(table, &known, e);
+    let mut stores = Vec::with_capacity(tables.len());
+    for table in &tables {
+        stores.push(Store::for_table(pool.clone(), table)?);
+    }
     match (event_id, event_type) {
-        (Some(id), _) => {
-            if store.retry_exhausted(id).await.map_err(failed)? {
-                let _ = writeln!(cx.out, "event {id} is pending again with fresh attempts");
-                Ok(Exit::Ok)
-            } else {
-                Err(Failure::new(
-                    Exit::Failed,
-                    format!(
-                        "no exhausted event {id} in table {table}: it does not exist, or it is not exhausted (see `outbox status`)"
-                    ),
-                ))
-            }
-        }
-        (None, Some(name)) => {
-            let n = store.retry_exhausted_of_type(&name).await.map_err(failed)?;
-            let _ = writeln!(
-                cx.out,
-                "{n} exhausted events of type {name} are pending again with fresh attempts"
-            );
-            Ok(Exit::Ok)
-        }
+        (Some(id), _) => retry_event(cx, &stores, &known, id, given.is_empty()).await,
+        (None, Some(name)) => retry_type(cx, &stores, &known, &name).await,
         (None, None) => Err(Failure::new(
             Exit::Usage,
             "give an event id or --type <name>",
@@ -530,11 +535,106 @@ async fn retry(
     }
 }
 
+async fn retry_event(
+    cx: &mut Context<'_>,
+    stores: &[Store],
+    known: &[String],
+    id: uuid::Uuid,
+    every_table: bool,
+) -> Outcome {
+    for store in stores {
+        let table = store.table();
+        if store
+            .retry_exhausted(id)
+            .await
+            .map_err(|e| table_failure(table, known, e))?
+        {
+            let _ = writeln!(
+                cx.out,
+                "event {id} in table {table} is pending again with fresh attempts"
+            );
+            return Ok(Exit::Ok);
+        }
+    }
+    let searched: Vec<&str> = stores.iter().map(Store::table).collect();
+    let searched = if searched.len() == 1 {
+        format!("table {}", searched[0])
+    } else {
+        format!("tables {}", searched.join(", "))
+    };
+    // Not exhausted: say where it is and what it is doing, so the operator need not look.
+    for store in stores {
+        let table = store.table();
+        let status = store
+            .event_status(id)
+            .await
+            .map_err(|e| table_failure(table, known, e))?;
+        if let Some(status) = status {
+            return Err(Failure::new(
+                Exit::Failed,
+                format!(
+                    "no exhausted event {id} in {searched}: it is {} in table {table}, so there is nothing to retry \
+                     (see `outbox status`)",
+                    status_word(status)
+                ),
+            ));
+        }
+    }
+    let hint = if every_table {
+        "every outbox table of this binary; for a table it does not know, pass --table <name>"
+    } else {
+        "only the tables given with --table; without --table every outbox table of this binary is searched"
+    };
+    Err(Failure::new(
+        Exit::Failed,
+        format!(
+            "no exhausted event {id} in {searched}: no event has that id there (never enqueued there, or purged \
+             after delivery). Searched {hint}"
+        ),
+    ))
+}
+
+fn status_word(status: crate::store::EventStatus) -> &'static str {
+    use crate::store::EventStatus as S;
+    match status {
+        S::Pending => "pending",
+        S::Processing => "processing",
+        S::Delivered => "delivered",
+        S::Exhausted => "exhausted",
+    }
+}
+
+async fn retry_type(
+    cx: &mut Context<'_>,
+    stores: &[Store],
+    known: &[String],
+    name: &str,
+) -> Outcome {
+    let mut total: u64 = 0;
+    for store in stores {
+        let table = store.table();
+        let n = store
+            .retry_exhausted_of_type(name)
+            .await
+            .map_err(|e| table_failure(table, known, e))?;
+        total += n;
+        let _ = writeln!(
+            cx.out,
+            "{n} exhausted events of type {name} in table {table} are pending again with fresh attempts"
+        );
+    }
+    if stores.len() > 1 {
+        let _ = writeln!(cx.out, "{total} in all, in {} tables", stores.len());
+    }
+    Ok(Exit::Ok)
+}
+
+/// Purges every table chosen in turn, one line each.
 async fn purge(
     cx: &mut Context<'_>,
     url: Option<String>,
     older_than: Duration,
-    table: &str,
+    given: &[String],
     batch: i64,
 ) -> Outcome {
     if batch < 1 {
@@ -543,27 +643,34 @@ async fn purge(
             format!("--batch must be at least 1, not {batch}"),
         ));
     }
-    crate::store::validate_table_name(table)?;
+    let tables = chosen_tables(cx, given)?;
     let pool = connect(url).await?;
-    let store = Store::for_table(pool, table)?;
     let known = known_tables(cx);
-    let mut total: u64 = 0;
-    // Bounded batches: each statement holds its locks briefly, however much history there is.
-    loop {
-        let deleted = store
-            .purge_delivered(older_than, batch)
-            .await
-            .map_err(|e| table_failure(table, &known, e))?;
-        total += deleted;
-        if deleted < batch.unsigned_abs() {
-            break;
+    let mut all: u64 = 0;
+    for table in &tables {
+        let store = Store::for_table(pool.clone(), table)?;
+        let mut total: u64 = 0;
+        // Bounded batches: each statement holds its locks briefly, however much history there is.
+        loop {
+            let deleted = store
+                .purge_delivered(older_than, batch)
+                .await
+                .map_err(|e| table_failure(table, &known, e))?;
+            total += deleted;
+            if deleted < batch.unsigned_abs() {
+                break;
+            }
         }
+        all += total;
+        let _ = writeln!(
+            cx.out,
+            "deleted {total} delivered events older than {} from {table}",
+            format_duration(older_than)
+        );
     }
-    let _ = writeln!(
-        cx.out,
-        "deleted {total} delivered events older than {} from {table}",
-        format_duration(older_than)
-    );
+    if tables.len() > 1 {
+        let _ = writeln!(cx.out, "deleted {all} in all, from {} tables", tables.len());
+    }
     Ok(Exit::Ok)
 }
 

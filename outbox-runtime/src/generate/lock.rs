@@ -17,11 +17,18 @@ pub const LOCK_FILE: &str = "outbox.lock";
 /// What a format says about the outbox tables the lock lists ([`ContractLock::tables`]):
 /// - 1: they were created in the one-table layout (the state columns on the event row); the next
 ///   generation upgrades each of them to the split layout, once, and writes format 2;
-/// - 2: they are in the split layout (the event table and its `{table}_queue`).
-pub const LOCK_FORMAT: u32 = 2;
+/// - 2: they are in the split layout (the event table and its `{table}_queue`), without the
+///   queue invariants; the next generation adds them, once, and writes format 3;
+/// - 3: they are in the split layout with the queue invariants the database enforces (every
+///   inserted event gets its queue row; a queue row cannot outlive its event).
+pub const LOCK_FORMAT: u32 = 3;
 
 /// The format whose tables are in the one-table layout of earlier versions.
 pub const ONE_TABLE_LAYOUT_FORMAT: u32 = 1;
+
+/// The first format whose tables have the queue invariants
+/// (`store::upgrade_queue_invariants_sql`).
+pub const QUEUE_INVARIANTS_FORMAT: u32 = 3;
 
 /// The parsed contract lock.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -9,11 +9,14 @@ use sha2::Digest;
 use super::error::{GenerateError, ShapeDrift};
 use super::lock::{
     ContractLock, LOCK_FILE, LOCK_FORMAT, LockedContract, LockedMigration, ONE_TABLE_LAYOUT_FORMAT,
+    QUEUE_INVARIANTS_FORMAT,
 };
-use super::render::{MigrationContent, migration_sql};
+use super::render::{MigrationContent, TableUpgrade, UpgradeStep, migration_sql};
 use super::shape_diff::diff_shapes;
 use crate::contract::{Contract, EventRegistration, shown};
-use crate::store::{DEFAULT_TABLE, create_table_sql, upgrade_split_layout_sql};
+use crate::store::{
+    DEFAULT_TABLE, create_table_sql, upgrade_queue_invariants_sql, upgrade_split_layout_sql,
+};
 
 /// One compiled event version, as the generator sees it: its contract and its outbox table.
 #[derive(Debug, Clone, PartialEq)]
@@ -139,9 +142,11 @@ const MIGRATION_DESCRIPTION: &str = "outbox_events";
 ///
 /// Tables the lock lists were created by earlier generated migrations. A lock of format 1 lists
 /// them in the one-table layout: the new migration upgrades each of them to the split layout
-/// (`store::upgrade_split_layout_sql`), whether or not an event still names it (its rows are
-/// still there, and so are its workers' statements), and the lock becomes format 2, so no later
-/// run upgrades them again.
+/// (`store::upgrade_split_layout_sql`); a lock of format 1 or 2 lists them without the queue
+/// invariants, which the new migration adds (`store::upgrade_queue_invariants_sql`). Every table
+/// is upgraded whether or not an event still names it (its rows are still there, and so are its
+/// workers' statements), and the lock takes the current format, so no later run upgrades them
+/// again.
 ///
 /// Fails when a contract changed shape under the same version (naming every changed field),
 /// when two types declare one (name, version), when an event names an unusable table, when a
@@ -195,23 +200,30 @@ pub fn plan(events: &[CompiledEvent], folder: &FolderSnapshot) -> Result<Plan, G
         writers.entry(&c.table).or_default().push(c.label());
     }
     let locked_tables: BTreeSet<&str> = lock.tables.iter().map(String::as_str).collect();
-    let upgrades = if lock.format == ONE_TABLE_LAYOUT_FORMAT {
-        locked_tables
-            .iter()
-            .map(|table| {
-                let upgrade = upgrade_split_layout_sql(table).map_err(|e| {
-                    GenerateError::TableNotUpgradable {
-                        table: (*table).to_owned(),
-                        reason: e.to_string(),
-                    }
-                })?;
-                let grants = super::grants::upgrade_grants_sql(table);
-                Ok((*table, format!("{}\n\n{grants}", upgrade.trim_end())))
-            })
-            .collect::<Result<Vec<_>, GenerateError>>()?
-    } else {
-        Vec::new()
-    };
+    // Each table the lock lists takes, once, every upgrade its format has not had yet, in order.
+    let mut upgrades = Vec::new();
+    for table in &locked_tables {
+        let not_upgradable = |e: crate::error::Error| GenerateError::TableNotUpgradable {
+            table: (*table).to_owned(),
+            reason: e.to_string(),
+        };
+        if lock.format == ONE_TABLE_LAYOUT_FORMAT {
+            let upgrade = upgrade_split_layout_sql(table).map_err(not_upgradable)?;
+            let grants = super::grants::upgrade_grants_sql(table);
+            upgrades.push(TableUpgrade {
+                table,
+                step: UpgradeStep::SplitLayout,
+                sql: format!("{}\n\n{grants}", upgrade.trim_end()),
+            });
+        }
+        if lock.format < QUEUE_INVARIANTS_FORMAT {
+            upgrades.push(TableUpgrade {
+                table,
+                step: UpgradeStep::QueueInvariants,
+                sql: upgrade_queue_invariants_sql(table).map_err(not_upgradable)?,
+            });
+        }
+    }
     let mut new_tables = Vec::new();
     for (table, events) in writers.iter().filter(|(t, _)| !locked_tables.contains(**t)) {
         let ddl = create_table_sql(table).map_err(|e| GenerateError::InvalidTable {

@@ -28,10 +28,29 @@ SET fingerprint = EXCLUDED.fingerprint,
     shape = EXCLUDED.shape;
 ";
 
+/// One upgrade of a table an earlier generated migration created.
+pub(crate) struct TableUpgrade<'a> {
+    /// The outbox table.
+    pub table: &'a str,
+    /// What the upgrade changes.
+    pub step: UpgradeStep,
+    /// Its SQL.
+    pub sql: String,
+}
+
+/// The upgrades a table created by an earlier version can need, in the order they apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UpgradeStep {
+    /// From the one-table layout to the split layout (`store::upgrade_split_layout_sql`).
+    SplitLayout,
+    /// The queue invariants the database enforces (`store::upgrade_queue_invariants_sql`).
+    QueueInvariants,
+}
+
 /// Input of [`migration_sql`].
 pub(crate) struct MigrationContent<'a> {
-    /// Tables to upgrade to the split layout, with the upgrade's SQL (sorted by table).
-    pub upgrades: Vec<(&'a str, String)>,
+    /// Upgrades of existing tables, table by table, each table's in the order they apply.
+    pub upgrades: Vec<TableUpgrade<'a>>,
     /// Tables to create, with their DDL and the events written to them (sorted by table).
     pub tables: Vec<(&'a str, String, Vec<String>)>,
     /// Contracts to register (sorted by name, version).
@@ -50,13 +69,23 @@ pub(crate) fn migration_sql(content: &MigrationContent<'_>) -> String {
          -- Do not edit: sqlx checksums applied migrations, and outbox.lock records this file's SHA-256.\n\
          -- To change an event's payload: bump its version, generate, commit.\n--\n",
     );
-    if !content.upgrades.is_empty() {
-        let names: Vec<&str> = content.upgrades.iter().map(|(t, _)| *t).collect();
-        let _ = writeln!(
-            sql,
-            "-- Upgrades outbox tables to the split layout: {}",
-            comment_text(&names.join(", "))
-        );
+    for (step, summary) in [
+        (UpgradeStep::SplitLayout, "to the split layout"),
+        (UpgradeStep::QueueInvariants, "with the queue invariants"),
+    ] {
+        let names: Vec<&str> = content
+            .upgrades
+            .iter()
+            .filter(|u| u.step == step)
+            .map(|u| u.table)
+            .collect();
+        if !names.is_empty() {
+            let _ = writeln!(
+                sql,
+                "-- Upgrades outbox tables {summary}: {}",
+                comment_text(&names.join(", "))
+            );
+        }
     }
     if !content.tables.is_empty() {
         let names: Vec<&str> = content.tables.iter().map(|(t, _, _)| *t).collect();
@@ -77,17 +106,23 @@ pub(crate) fn migration_sql(content: &MigrationContent<'_>) -> String {
 
     // Before the new tables: a table is either upgraded or created, never both, but the upgrades
     // are what the events already written wait for.
-    for (table, ddl) in &content.upgrades {
-        let _ = write!(
-            sql,
-            "\n-- ==== Outbox table {table}: upgrade to the split layout ({queue}) ====\n\
-             -- Created by an earlier generated migration with the delivery state on the event row.\n\
-             -- The state of the events not delivered moves to {queue}; delivered events keep no state.\n\
-             -- Stop the workers of the earlier version first: they fail on the dropped columns.\n\n{}",
-            ddl.trim_end(),
-            table = comment_text(table),
-            queue = comment_text(&crate::store::queue_table(table)),
-        );
+    for upgrade in &content.upgrades {
+        let table = comment_text(upgrade.table);
+        let queue = comment_text(&crate::store::queue_table(upgrade.table));
+        let header = match upgrade.step {
+            UpgradeStep::SplitLayout => format!(
+                "-- ==== Outbox table {table}: upgrade to the split layout ({queue}) ====\n\
+                 -- Created by an earlier generated migration with the delivery state on the event row.\n\
+                 -- The state of the events not delivered moves to {queue}; delivered events keep no state.\n\
+                 -- Stop the workers of the earlier version first: they fail on the dropped columns.\n"
+            ),
+            UpgradeStep::QueueInvariants => format!(
+                "-- ==== Outbox table {table}: the queue invariants ({queue}) ====\n\
+                 -- Every event inserted by any SQL gets its queue row; a queue row cannot outlive its event.\n\
+                 -- Workers of earlier versions keep working. Rows written before it: `outbox doctor`.\n"
+            ),
+        };
+        let _ = write!(sql, "\n{header}\n{}", upgrade.sql.trim_end());
         sql.push('\n');
     }
 

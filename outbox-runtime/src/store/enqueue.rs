@@ -219,6 +219,10 @@ fn write_canonical_number(out: &mut impl Write, number: &serde_json::Number) {
 
 /// Write `event` in `tx` under `operation_key`. Used by [`Event::enqueue`].
 ///
+/// The raw form: it writes any version, and only the headers in `options` (no trace context is
+/// captured here; the typed paths, `Event::enqueue` and the `Producer`'s, add it before calling
+/// this).
+///
 /// The key must not be empty ([`Error::OperationKeyEmpty`]) nor longer than
 /// [`MAX_OPERATION_KEY_BYTES`]. The first enqueue of a type in a process checks its contract
 /// against the database's registry and refuses a payload whose shape changed without a version

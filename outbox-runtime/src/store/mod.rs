@@ -12,6 +12,7 @@
 mod aggregate_lock;
 mod contract_check;
 pub mod enqueue;
+pub mod integrity;
 pub mod listing;
 pub mod sql;
 
@@ -34,9 +35,11 @@ use crate::payload_limits;
 use sql::Statements;
 
 /// The DDL of an outbox table named `table`: the event table `table`, its queue table
-/// `{table}_queue` and their indexes, `IF NOT EXISTS`, rendered from `store/sql/create_table.sql`
-/// and `store/sql/create_queue_table.sql`. The base schema's `migrations/0001_outbox.sql`
-/// followed by `0004_split_layout.sql` reach the same tables for `outbox`.
+/// `{table}_queue`, their indexes and the invariants between them (every inserted event gets its
+/// queue row; a queue row cannot outlive its event), `IF NOT EXISTS`, rendered from
+/// `store/sql/create_table.sql`, `create_queue_table.sql` and `create_queue_invariants.sql`.
+/// The base schema's `migrations/0001_outbox.sql` followed by `0004_split_layout.sql` and
+/// `0005_queue_invariants.sql` reach the same tables for `outbox`.
 ///
 /// Fails when `table` is not a valid identifier, ends in `_queue`, or is longer than 43
 /// characters (its index names must fit PostgreSQL's 63-character limit).
@@ -51,6 +54,17 @@ pub fn create_table_sql(table: &str) -> Result<String> {
 /// `migrations/0004_split_layout.sql` is this for `outbox`. Fails like [`create_table_sql`].
 pub fn upgrade_split_layout_sql(table: &str) -> Result<String> {
     sql::render_upgrade_split_layout(table)
+}
+
+/// The invariants the database keeps for an outbox table named `table` created before they
+/// existed: a statement-level trigger that gives every event inserted by any SQL its queue row,
+/// and a foreign key (ON DELETE CASCADE) from a queue row to its event, added NOT VALID and
+/// validated when no queue row lacks its event (`store/sql/create_queue_invariants.sql`).
+/// Idempotent. `migrations/0005_queue_invariants.sql` is this for `outbox`; the migration
+/// generator writes it for the tables earlier generated migrations created. Fails like
+/// [`create_table_sql`].
+pub fn upgrade_queue_invariants_sql(table: &str) -> Result<String> {
+    sql::render_queue_invariants(table)
 }
 
 /// The queue table of the outbox table `table`: `{table}_queue`, the delivery state of its

@@ -14,12 +14,19 @@ use crate::error::{Error, Result};
 /// The placeholder every statement file writes in place of the table name.
 pub const TABLE_PLACEHOLDER: &str = "/* TEMPLATE: table */outbox";
 
-/// The event table and its queue table, with their indexes (a template).
+/// The event table and its queue table, with their indexes and the invariants the database
+/// keeps between them (a template).
 pub(crate) const CREATE_TABLE: &str = concat!(
     include_str!("sql/create_table.sql"),
     "\n",
-    include_str!("sql/create_queue_table.sql")
+    include_str!("sql/create_queue_table.sql"),
+    "\n",
+    include_str!("sql/create_queue_invariants.sql")
 );
+/// The invariants alone, for a table created before them: the trigger that gives every
+/// inserted event its queue row and the foreign key from a queue row to its event (a template;
+/// `migrations/0005_queue_invariants.sql` is it for `outbox`).
+pub(crate) const QUEUE_INVARIANTS: &str = include_str!("sql/create_queue_invariants.sql");
 /// The upgrade of a table of the one-table layout to the split layout: the queue table, then
 /// the move of the state (a template; `migrations/0004_split_layout.sql` is it for `outbox`).
 pub(crate) const UPGRADE_SPLIT_LAYOUT: &str = concat!(
@@ -115,6 +122,32 @@ pub mod dashboard {
         ("dashboard/failures", FAILURES),
         ("dashboard/event", EVENT),
         ("dashboard/claims", CLAIMS),
+    ];
+}
+
+/// `outbox doctor`'s reads and repairs (`store::integrity`), one file each under
+/// `sql/integrity/`, with the same table placeholder.
+pub mod integrity {
+    /// Whether the table's invariants (the trigger, the foreign key) are in place and on.
+    pub const RULES: &str = include_str!("sql/integrity/rules.sql");
+    /// Queue rows whose event is gone, counted and listed.
+    pub const ORPHAN_QUEUE_ROWS: &str = include_str!("sql/integrity/orphan_queue_rows.sql");
+    /// Events without a queue row, streamed with what tells who wrote them.
+    pub const UNQUEUED_EVENTS: &str = include_str!("sql/integrity/unqueued_events.sql");
+    /// Delete the queue rows whose event is gone.
+    pub const DELETE_ORPHANS: &str = include_str!("sql/integrity/delete_orphans.sql");
+    /// Give listed events their queue row.
+    pub const REQUEUE_EVENTS: &str = include_str!("sql/integrity/requeue_events.sql");
+    /// Validate the foreign key added NOT VALID.
+    pub const VALIDATE_KEY: &str = include_str!("sql/integrity/validate_key.sql");
+
+    /// Every doctor statement with its name (for EXPLAIN, like [`super::STATEMENTS`]).
+    pub const STATEMENTS: &[(&str, &str)] = &[
+        ("integrity/rules", RULES),
+        ("integrity/orphan_queue_rows", ORPHAN_QUEUE_ROWS),
+        ("integrity/unqueued_events", UNQUEUED_EVENTS),
+        ("integrity/delete_orphans", DELETE_ORPHANS),
+        ("integrity/requeue_events", REQUEUE_EVENTS),
     ];
 }
 
@@ -317,6 +350,12 @@ pub(crate) fn render_create_table(table: &str) -> Result<String> {
 pub(crate) fn render_upgrade_split_layout(table: &str) -> Result<String> {
     check_index_room(table)?;
     Ok(render(UPGRADE_SPLIT_LAYOUT, table))
+}
+
+/// The invariants of [`QUEUE_INVARIANTS`] for an existing outbox table named `table`.
+pub(crate) fn render_queue_invariants(table: &str) -> Result<String> {
+    check_index_room(table)?;
+    Ok(render(QUEUE_INVARIANTS, table))
 }
 
 /// A valid table name that leaves room for the longest index name derived from it.
