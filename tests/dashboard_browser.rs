@@ -654,3 +654,78 @@ async fn the_example_service_shows_its_delivered_retried_and_exhausted_events() 
     }
     client.close().await.unwrap();
 }
+
+/// The Integrity view shows what `outbox doctor` finds (issue: rows that break the queue
+/// invariants must be visible on the dashboard): with the trigger off, an event inserted by SQL
+/// reads as delivered and is listed as never queued; an event deleted from under its queue row
+/// leaves an orphan, listed with its last error; the rules read OFF. Fixed and checked again,
+/// the view reads clean.
+#[tokio::test]
+async fn the_integrity_view_shows_rows_that_break_the_invariants() {
+    let db = TestDatabase::new().await;
+    let pool = db.pool();
+    let mut doomed = Seed::new("note", "pending");
+    doomed.last_error = Some("receiver said 503".into());
+    doomed.attempts = 2;
+    let doomed = insert(pool, &doomed).await;
+    for statement in [
+        "ALTER TABLE outbox DISABLE TRIGGER ALL",
+        "ALTER TABLE outbox_queue DISABLE TRIGGER ALL",
+    ] {
+        sqlx::query(statement).execute(pool).await.unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type, event_version, payload)
+         VALUES (gen_random_uuid(), 'written-by-psql', '\\x00', 'note', 1, '{}')",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query("DELETE FROM outbox WHERE event_id = $1")
+        .bind(doomed)
+        .execute(pool)
+        .await
+        .unwrap();
+    let served = serve(pool, DashboardConfig::new()).await;
+    let driver = chromedriver().await;
+    let client = browser(&driver).await;
+
+    client.goto(&served.url("/#integrity")).await.unwrap();
+    let trigger = wait_text(
+        &client,
+        "[data-rule=\"every inserted event gets its queue row\"] [data-field=\"state\"]",
+        |t| !t.is_empty(),
+    )
+    .await;
+    assert!(trigger.starts_with("OFF: it is disabled"), "{trigger}");
+    let orphans = wait_text(&client, "#integrity-orphans tbody", |t| !t.is_empty()).await;
+    assert!(orphans.contains("receiver said 503"), "{orphans}");
+    let unqueued = wait_text(&client, "#integrity-unqueued tbody", |t| !t.is_empty()).await;
+    assert!(unqueued.contains("written-by-psql"), "{unqueued}");
+    assert_eq!(
+        wait_text(&client, "#integrity-unqueued-count", |t| !t.is_empty()).await,
+        "1 found"
+    );
+    screenshot(&client, "dashboard-integrity").await;
+
+    // Mended (the doctor's repair and requeue), and checked again from the page.
+    for statement in [
+        "ALTER TABLE outbox ENABLE TRIGGER ALL",
+        "ALTER TABLE outbox_queue ENABLE TRIGGER ALL",
+    ] {
+        sqlx::query(statement).execute(pool).await.unwrap();
+    }
+    let store = outbox_runtime::Store::new(pool.clone());
+    assert_eq!(store.delete_orphan_queue_rows().await.unwrap().len(), 1);
+    assert_eq!(store.requeue_unqueued_events().await.unwrap().len(), 1);
+    click(&client, "#integrity-check").await;
+    assert_eq!(
+        wait_text(&client, "#integrity-unqueued-count", |t| t == "none").await,
+        "none"
+    );
+    assert_eq!(
+        wait_text(&client, "#integrity-orphans-count", |t| t == "none").await,
+        "none"
+    );
+    client.close().await.unwrap();
+}

@@ -268,6 +268,7 @@ pub fn router(pool: PgPool, config: DashboardConfig) -> Router {
         .route("/api/events/{event_id}", get(api_event))
         .route("/api/claims", get(api_claims))
         .route("/api/contracts", get(api_contracts))
+        .route("/api/integrity", get(api_integrity))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             access::require_token,
@@ -578,6 +579,29 @@ async fn api_claims(
     let table = d.table(q.table.as_deref())?;
     Ok(axum::Json(queries::claims(&d.pool, table, 500).await?))
 }
+
+/// `outbox doctor` for one table (`store::integrity`): whether the database keeps its
+/// invariants, and the rows that break them. It reads the table whole, so the page asks for it
+/// only when the Integrity view is opened or checked again, never on the refresh timer.
+async fn api_integrity(
+    State(d): Shared,
+    Query(q): Query<TableParam>,
+) -> ApiResult<serde_json::Value> {
+    let table = d.table(q.table.as_deref())?;
+    let store = crate::store::Store::for_table(d.pool.clone(), table)?;
+    let report = store.check_integrity(INTEGRITY_SAMPLE).await?;
+    let mut value = serde_json::to_value(&report).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("integrity report: {e}"),
+        )
+    })?;
+    value["healthy"] = serde_json::Value::Bool(report.is_healthy());
+    Ok(axum::Json(value))
+}
+
+/// How many rows of each kind the Integrity view lists.
+const INTEGRITY_SAMPLE: i64 = 50;
 
 async fn api_contracts(State(d): Shared) -> ApiResult<Vec<queries::ContractRow>> {
     Ok(axum::Json(queries::contracts(&d.pool, &d.events).await?))

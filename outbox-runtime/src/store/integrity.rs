@@ -13,6 +13,7 @@
 //! Operators' reads, never on the delivery path: each statement reads the whole table it checks.
 
 use futures::TryStreamExt;
+use serde::Serialize;
 use sqlx::Row;
 use uuid::Uuid;
 
@@ -21,8 +22,10 @@ use super::enqueue::event_id_for;
 use super::sql::{integrity, render};
 use crate::error::Result;
 
-/// Where one of the table's two rules stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where one of the table's two rules stands. Serialized as `{"state": "on" | "missing" |
+/// "off", "why": ...}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", content = "why", rename_all = "snake_case")]
 pub enum RuleState {
     /// In place and enforced for every writer but a superuser's replication session.
     On,
@@ -40,7 +43,7 @@ impl RuleState {
 }
 
 /// A queue row whose event no longer exists.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OrphanQueueRow {
     /// The id it carries (its event's, gone).
     pub id: i64,
@@ -54,7 +57,7 @@ pub struct OrphanQueueRow {
 
 /// An event that reads as delivered but was not written by the library, so no worker ever saw
 /// its queue row.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UnqueuedEvent {
     /// Row id.
     pub id: i64,
@@ -70,22 +73,27 @@ pub struct UnqueuedEvent {
     pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
-/// What `outbox doctor` found in one table.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What `outbox doctor` found in one table (its JSON is `outbox doctor --json`'s and the
+/// dashboard's `api/integrity`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct IntegrityReport {
     /// The outbox table.
     pub table: String,
     /// Every inserted event gets its queue row (the statement trigger).
     pub queue_row_trigger: RuleState,
     /// A queue row cannot outlive its event (the foreign key).
+    #[serde(rename = "queue_row_foreign_key")]
     pub queue_row_key: RuleState,
     /// How many queue rows have no event.
     pub orphan_queue_rows: i64,
     /// The first of them, in id order.
+    #[serde(rename = "orphan_queue_row_sample")]
     pub orphan_sample: Vec<OrphanQueueRow>,
     /// How many events read as delivered without ever having had a queue row.
+    #[serde(rename = "never_claimed_events")]
     pub unqueued_events: i64,
     /// The first of them, in id order.
+    #[serde(rename = "never_claimed_event_sample")]
     pub unqueued_sample: Vec<UnqueuedEvent>,
 }
 

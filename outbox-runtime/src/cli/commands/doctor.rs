@@ -75,37 +75,10 @@ pub(super) async fn doctor(
     }
 }
 
-fn rule_json(rule: &RuleState) -> serde_json::Value {
-    match rule {
-        RuleState::On => serde_json::json!({"state": "on"}),
-        RuleState::Missing => serde_json::json!({"state": "missing"}),
-        RuleState::Off(why) => serde_json::json!({"state": "off", "why": why}),
-    }
-}
-
 fn report_json(report: &IntegrityReport) -> serde_json::Value {
-    serde_json::json!({
-        "table": report.table,
-        "healthy": report.is_healthy(),
-        "queue_row_trigger": rule_json(&report.queue_row_trigger),
-        "queue_row_foreign_key": rule_json(&report.queue_row_key),
-        "orphan_queue_rows": report.orphan_queue_rows,
-        "orphan_queue_row_sample": report.orphan_sample.iter().map(|o| serde_json::json!({
-            "id": o.id,
-            "status": o.status,
-            "attempts": o.attempts,
-            "last_error": o.last_error,
-        })).collect::<Vec<_>>(),
-        "never_claimed_events": report.unqueued_events,
-        "never_claimed_event_sample": report.unqueued_sample.iter().map(|e| serde_json::json!({
-            "id": e.id,
-            "event_id": e.event_id,
-            "operation_key": e.operation_key,
-            "event_type": e.event_type,
-            "event_version": e.event_version,
-            "created_at": e.created_at,
-        })).collect::<Vec<_>>(),
-    })
+    let mut value = serde_json::to_value(report).unwrap_or_default();
+    value["healthy"] = serde_json::Value::Bool(report.is_healthy());
+    value
 }
 
 fn rule_text(rule: &RuleState, name: &str, fix: &str) -> String {

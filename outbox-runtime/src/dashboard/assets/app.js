@@ -372,6 +372,36 @@ function renderContracts(rows) {
     el("td", { class: r.state === "ok" ? "" : "bad", "data-field": "state", text: words[r.state] || r.state }))));
 }
 
+function renderIntegrity(r) {
+  const rule = (name, state) => el("tr", { "data-rule": name },
+    el("td", { text: name }),
+    el("td", { class: state.state === "on" ? "" : "bad", "data-field": "state",
+      text: state.state === "on" ? "on" : state.state === "missing" ? "MISSING: generate and apply migrations (outbox migrate)" : "OFF: " + state.why }));
+  replaceRows(document.querySelector("#integrity-rules tbody"), [
+    rule("every inserted event gets its queue row", r.queue_row_trigger),
+    rule("a queue row cannot outlive its event", r.queue_row_foreign_key),
+  ]);
+  const count = (id, n, shown) => {
+    const p = document.getElementById(id);
+    p.textContent = n === 0 ? "none" : `${n} found` + (shown < n ? `, the first ${shown} listed` : "");
+    p.className = n === 0 ? "" : "bad";
+  };
+  count("integrity-orphans-count", r.orphan_queue_rows, r.orphan_queue_row_sample.length);
+  replaceRows(document.querySelector("#integrity-orphans tbody"), r.orphan_queue_row_sample.map((o) => el("tr", {},
+    el("td", { text: o.id }),
+    el("td", { text: o.status }),
+    el("td", { text: o.attempts }),
+    el("td", { text: o.last_error || "-" }))));
+  count("integrity-unqueued-count", r.never_claimed_events, r.never_claimed_event_sample.length);
+  replaceRows(document.querySelector("#integrity-unqueued tbody"), r.never_claimed_event_sample.map((e) => el("tr", { "data-event": e.event_id },
+    el("td", { text: e.id }),
+    el("td", { class: "mono", text: e.event_id }),
+    el("td", { text: e.event_type }),
+    el("td", { text: e.event_version }),
+    el("td", { text: e.operation_key }),
+    el("td", { text: e.created_at }))));
+}
+
 function renderEvent(e, table) {
   document.getElementById("event-id").textContent = e.event_id;
   document.getElementById("event-table").textContent = table;
@@ -432,7 +462,7 @@ function route() {
     state.eventId = slash < 0 ? rest : rest.slice(slash + 1);
     state.eventTable = slash < 0 ? state.table : rest.slice(0, slash);
   } else {
-    state.view = ["overview", "types", "failures", "claims", "contracts"].includes(hash) ? hash : "overview";
+    state.view = ["overview", "types", "failures", "claims", "contracts", "integrity"].includes(hash) ? hash : "overview";
   }
   for (const section of document.querySelectorAll(".view")) section.hidden = section.id !== "view-" + state.view;
   for (const a of document.querySelectorAll("#tabs a")) a.classList.toggle("current", a.dataset.view === state.view);
@@ -450,6 +480,13 @@ async function refresh() {
     else if (state.view === "failures") renderFailures(await getJson("api/failures", Object.assign({ table }, filterValues())), table);
     else if (state.view === "claims") renderClaims(await getJson("api/claims", { table }), table);
     else if (state.view === "contracts") renderContracts(await getJson("api/contracts"));
+    else if (state.view === "integrity") {
+      // Reads the table whole: only when the view opens, its table changes, or on "Check again".
+      if (state.integrityTable !== table) {
+        state.integrityTable = table;
+        renderIntegrity(await getJson("api/integrity", { table }));
+      }
+    }
     else if (state.view === "event") {
       const eventTable = state.eventTable;
       renderEvent(await getJson("api/events/" + encodeURIComponent(state.eventId), { table: eventTable }), eventTable);
@@ -532,7 +569,13 @@ function start() {
     const type = filterValues().type;
     confirmAction(`Retry every exhausted event of type ${type}?`, "api/actions/retry-type", { event_type: type });
   });
+  document.getElementById("integrity-check").addEventListener("click", () => {
+    state.integrityTable = null;
+    refresh();
+  });
   window.addEventListener("hashchange", () => {
+    // Leaving and reopening the Integrity view checks again.
+    state.integrityTable = null;
     if (state.config) route();
   });
   load();
