@@ -468,17 +468,29 @@ async fn one_table_layout_folder(db: &TestDatabase, events: &[CompiledEvent]) ->
         one_table_layout_ddl("shipping_outbox"),
         &sql[ddl_end..]
     );
-    dir.write(file, &old);
+    as_an_earlier_generator_wrote_it(db, &dir, file, &old, 1).await;
+    dir
+}
+
+/// Replace the folder's first migration by `sql` and its lock's record of it, with the lock's
+/// format `format`: the folder as an earlier generator left it.
+async fn as_an_earlier_generator_wrote_it(
+    db: &TestDatabase,
+    dir: &TempDir,
+    file: &str,
+    sql: &str,
+    format: u32,
+) {
+    dir.write(file, sql);
     let sha256: String = sqlx::query_scalar("SELECT encode(sha256(convert_to($1, 'UTF8')), 'hex')")
-        .bind(&old)
+        .bind(sql)
         .fetch_one(db.pool())
         .await
         .unwrap();
     let mut lock = ContractLock::parse(&dir.read(LOCK_FILE)).unwrap();
-    lock.format = 1;
+    lock.format = format;
     lock.migrations[0].sha256 = sha256;
     dir.write(LOCK_FILE, &lock.render());
-    dir
 }
 
 /// Events of `shipping_outbox` in the one-table layout in each state, as the earlier version's
@@ -781,16 +793,7 @@ async fn split_layout_folder_without_invariants(
         .find("\n-- ==== Contract registry")
         .expect("the contracts' section");
     let old = format!("{}{}", &sql[..invariants_start], &sql[contracts..]);
-    dir.write(file, &old);
-    let sha256: String = sqlx::query_scalar("SELECT encode(sha256(convert_to($1, 'UTF8')), 'hex')")
-        .bind(&old)
-        .fetch_one(db.pool())
-        .await
-        .unwrap();
-    let mut lock = ContractLock::parse(&dir.read(LOCK_FILE)).unwrap();
-    lock.format = 2;
-    lock.migrations[0].sha256 = sha256;
-    dir.write(LOCK_FILE, &lock.render());
+    as_an_earlier_generator_wrote_it(db, &dir, file, &old, 2).await;
     dir
 }
 

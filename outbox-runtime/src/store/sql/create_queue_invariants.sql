@@ -54,6 +54,9 @@ $$;
 -- Idempotent, as every statement of this file: the runtime's create_table runs it again on
 -- every start.
 DO $$
+DECLARE
+    -- Null while the table has no such key, then whether it is validated.
+    key_validated boolean;
 BEGIN
     IF NOT EXISTS (
         SELECT 1 FROM pg_trigger
@@ -70,22 +73,18 @@ BEGIN
     -- from an earlier version may hold queue rows whose event an operator deleted, and they must
     -- not stop the upgrade. New rows are checked from the start either way; `outbox doctor`
     -- lists the old ones and `outbox doctor --repair` removes them and validates the key.
-    IF NOT EXISTS (
-        SELECT 1 FROM pg_constraint
-        WHERE conrelid = '/* TEMPLATE: table */outbox_queue'::regclass
-          AND conname = '/* TEMPLATE: table */outbox_queue_event_fk'
-    ) THEN
+    SELECT convalidated INTO key_validated
+    FROM pg_constraint
+    WHERE conrelid = '/* TEMPLATE: table */outbox_queue'::regclass
+      AND conname = '/* TEMPLATE: table */outbox_queue_event_fk';
+    IF key_validated IS NULL THEN
         ALTER TABLE /* TEMPLATE: table */outbox_queue
             ADD CONSTRAINT /* TEMPLATE: table */outbox_queue_event_fk
             FOREIGN KEY (id) REFERENCES /* TEMPLATE: table */outbox (id) ON DELETE CASCADE
             NOT VALID;
+        key_validated := false;
     END IF;
-    IF EXISTS (
-        SELECT 1 FROM pg_constraint
-        WHERE conrelid = '/* TEMPLATE: table */outbox_queue'::regclass
-          AND conname = '/* TEMPLATE: table */outbox_queue_event_fk'
-          AND NOT convalidated
-    ) AND NOT EXISTS (
+    IF NOT key_validated AND NOT EXISTS (
         SELECT 1 FROM /* TEMPLATE: table */outbox_queue AS q
         WHERE NOT EXISTS (SELECT 1 FROM /* TEMPLATE: table */outbox AS e WHERE e.id = q.id)
     ) THEN
