@@ -410,11 +410,11 @@ impl AmqpPublisher {
             .unwrap_or_else(|_| Err(self.no_link_in_time()));
         let link = match opened {
             Ok(link) => {
-                self.shared.reconnect.succeeded(attempt);
+                attempt.succeeded();
                 link
             }
             Err(e) => {
-                self.shared.reconnect.failed(attempt, &e.message);
+                attempt.failed(&e.message);
                 return Err(e);
             }
         };

@@ -108,16 +108,72 @@ impl Waiting {
     }
 }
 
-/// An attempt [`Reconnect::begin`] allowed; hand it back to [`Reconnect::failed`] or
-/// [`Reconnect::succeeded`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// An attempt [`Reconnect::begin`] allowed; end it with [`Attempt::failed`] or
+/// [`Attempt::succeeded`]. Dropped without either (its delivery was abandoned at a lost lease,
+/// the future cancelled), it says nothing about the broker and lets the next attempt probe.
+#[derive(Debug)]
 #[must_use]
-pub(crate) struct Attempt {
+pub(crate) struct Attempt<'a> {
+    reconnect: &'a Reconnect,
     /// The failure count when the attempt began: failures of attempts that began before the
     /// last recorded failure are that same outage, and are counted once.
     round: u32,
-    /// Whether this attempt is the one probe allowed while the broker fails.
+    /// Whether this attempt is the one probe allowed while the broker fails (and holds
+    /// `in_flight` until it ends).
     probe: bool,
+}
+
+impl Attempt<'_> {
+    /// The attempt could not reach the broker: `error` says why (redacted). Starts or
+    /// lengthens the backoff, once per round of attempts.
+    pub(crate) fn failed(self, error: &str) {
+        self.failed_at(error, Instant::now());
+    }
+
+    fn failed_at(mut self, error: &str, now: Instant) {
+        let reconnect = self.reconnect;
+        let mut state = reconnect.lock();
+        if std::mem::take(&mut self.probe) {
+            state.in_flight = false;
+        }
+        if self.round != state.failures {
+            // Began before the failure that started this wait: the same outage, seen later.
+            return;
+        }
+        state.failures = state.failures.saturating_add(1);
+        state.not_before = Some(now + reconnect.backoff.delay_for(state.failures));
+        error.clone_into(&mut state.last_error);
+        tracing::debug!(
+            failures = state.failures,
+            error,
+            "cannot reach the broker; backing off"
+        );
+    }
+
+    /// The attempt reached the broker: the next failure starts from the first wait again.
+    pub(crate) fn succeeded(mut self) {
+        let mut state = self.reconnect.lock();
+        if std::mem::take(&mut self.probe) {
+            state.in_flight = false;
+        }
+        if state.failures > 0 {
+            tracing::debug!(
+                failures = state.failures,
+                "reached the broker again after failed attempts"
+            );
+        }
+        state.failures = 0;
+        state.not_before = None;
+        state.last_error.clear();
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if self.probe {
+            self.reconnect.lock().in_flight = false;
+        }
+    }
 }
 
 /// The reconnect state of one publisher, shared by all its deliveries.
@@ -147,14 +203,15 @@ impl Reconnect {
 
     /// May a delivery try to reach the broker now? While it is healthy, always (deliveries run
     /// concurrently); once an attempt failed, only one at a time, and only after the backoff.
-    pub(crate) fn begin(&self) -> std::result::Result<Attempt, Waiting> {
+    pub(crate) fn begin(&self) -> std::result::Result<Attempt<'_>, Waiting> {
         self.begin_at(Instant::now())
     }
 
-    fn begin_at(&self, now: Instant) -> std::result::Result<Attempt, Waiting> {
+    fn begin_at(&self, now: Instant) -> std::result::Result<Attempt<'_>, Waiting> {
         let mut state = self.lock();
         if state.failures == 0 {
             return Ok(Attempt {
+                reconnect: self,
                 round: 0,
                 probe: false,
             });
@@ -172,59 +229,10 @@ impl Reconnect {
         }
         state.in_flight = true;
         Ok(Attempt {
+            reconnect: self,
             round: state.failures,
             probe: true,
         })
-    }
-
-    /// The attempt could not reach the broker: `error` says why (redacted). Starts or lengthens
-    /// the backoff, once per round of attempts.
-    pub(crate) fn failed(&self, attempt: Attempt, error: &str) {
-        self.failed_at(attempt, error, Instant::now());
-    }
-
-    fn failed_at(&self, attempt: Attempt, error: &str, now: Instant) {
-        let mut state = self.lock();
-        if attempt.probe {
-            state.in_flight = false;
-        }
-        if attempt.round != state.failures {
-            // Began before the failure that started this wait: the same outage, seen later.
-            return;
-        }
-        state.failures = state.failures.saturating_add(1);
-        state.not_before = Some(now + self.backoff.delay_for(state.failures));
-        error.clone_into(&mut state.last_error);
-        tracing::debug!(
-            failures = state.failures,
-            error,
-            "cannot reach the broker; backing off"
-        );
-    }
-
-    /// The attempt reached the broker: the next failure starts from the first wait again.
-    pub(crate) fn succeeded(&self, attempt: Attempt) {
-        let mut state = self.lock();
-        if attempt.probe {
-            state.in_flight = false;
-        }
-        if state.failures > 0 {
-            tracing::debug!(
-                failures = state.failures,
-                "reached the broker again after failed attempts"
-            );
-        }
-        state.failures = 0;
-        state.not_before = None;
-        state.last_error.clear();
-    }
-
-    /// The attempt ended without saying whether the broker is reachable (its delivery gave up
-    /// first, for example at a lost lease): let the next one probe.
-    pub(crate) fn abandoned(&self, attempt: Attempt) {
-        if attempt.probe {
-            self.lock().in_flight = false;
-        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -287,9 +295,9 @@ mod tests {
         // Healthy: everyone may go, concurrently.
         let a = r.begin_at(t0).unwrap();
         let b = r.begin_at(t0).unwrap();
-        r.failed_at(a, "refused", t0);
+        a.failed_at("refused", t0);
         // The second failure of the same round does not lengthen the wait.
-        r.failed_at(b, "refused too", t0);
+        b.failed_at("refused too", t0);
         let waiting = r.begin_at(t0).unwrap_err();
         assert_eq!(waiting.failures, 1);
         assert!(
@@ -305,14 +313,14 @@ mod tests {
         let probe = r.begin_at(at(1)).unwrap();
         let busy = r.begin_at(at(1)).unwrap_err();
         assert!(busy.in_flight, "{busy:?}");
-        r.failed_at(probe, "refused", at(1));
+        probe.failed_at("refused", at(1));
         let waiting = r.begin_at(at(1)).unwrap_err();
         assert_eq!(waiting.failures, 2);
         assert!(waiting.left >= Duration::from_secs(1), "{waiting:?}");
+        // A probe whose delivery was abandoned (dropped) lets the next one probe.
+        drop(r.begin_at(at(3)).unwrap());
         let probe = r.begin_at(at(3)).unwrap();
-        r.abandoned(probe);
-        let probe = r.begin_at(at(3)).unwrap();
-        r.succeeded(probe);
+        probe.succeeded();
         assert!(r.begin_at(at(3)).is_ok() && r.begin_at(at(3)).is_ok());
     }
 }
