@@ -500,6 +500,165 @@ async fn broker_down_then_up_loses_nothing() {
     fx.cleanup().await;
 }
 
+/// The most attempts an event can have within `window` under `policy` (without jitter): the
+/// first at once, each next one after the policy's delay for the attempt before it.
+fn attempts_allowed(policy: RetryPolicy, window: Duration) -> i32 {
+    let mut elapsed = Duration::ZERO;
+    let mut attempts = 1;
+    loop {
+        elapsed += policy.delay_for(u32::try_from(attempts).unwrap());
+        if elapsed > window {
+            return attempts;
+        }
+        attempts += 1;
+    }
+}
+
+/// A 20 s outage at a worker concurrency of 16 with a short retry policy, the broker behind a
+/// proxy that accepts every connection and closes it at once (so each attempt is counted).
+/// Before the shared reconnect backoff every delivery opened a connection of its own: thousands
+/// of attempts. Now one delivery at a time tries, with capped exponential backoff: fewer than
+/// 50 attempts in the 20 s. The deliveries in between fail as retries: no event is charged
+/// more attempts than the worker's retry policy allows in that time, none is exhausted, and
+/// once the broker is back every event is delivered and applied once by the ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_costs_few_connection_attempts_and_loses_nothing() {
+    const OUTAGE: Duration = Duration::from_secs(20);
+    let db = TestDatabase::new().await;
+    consumer::create_schema(db.pool()).await.unwrap();
+    let fx = Fixture::new().await;
+    let proxy = amqp_proxy().await;
+    let config = AmqpConfig {
+        confirm_timeout: Duration::from_secs(2),
+        ..fx.config()
+    };
+    let publisher = AmqpPublisher::connect(&amqp_url_via(proxy.port()).await, config)
+        .await
+        .unwrap();
+    let policy = RetryPolicy {
+        base: Duration::from_millis(50),
+        max: Duration::from_millis(500),
+        jitter: false,
+    };
+    let worker = Worker::builder(db.pool().clone(), publisher.clone())
+        .lease(Duration::from_secs(30))
+        .concurrency(16)
+        .poll_interval(Duration::from_millis(20))
+        .retry(policy)
+        .start()
+        .await
+        .unwrap();
+    let (first, _) = enqueue(db.pool(), "before", 100).await;
+    wait_until(
+        "the first event delivered",
+        Duration::from_secs(30),
+        || async { status(db.pool(), first).await == "delivered" },
+    )
+    .await;
+
+    proxy.refuse();
+    let outage_began = tokio::time::Instant::now();
+    let connections_before = proxy.connections();
+    let mut during = Vec::new();
+    for _ in 0..40 {
+        during.push(enqueue(db.pool(), "during", 1000).await.0);
+    }
+    wait_until(
+        "every event enqueued during the outage tried and retried",
+        OUTAGE,
+        || async {
+            for id in &during {
+                if row(db.pool(), *id).await.handler_failures < 2 {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    // The outage lasts its full length whatever the deliveries do: the count is per 20 s.
+    tokio::time::sleep_until(outage_began + OUTAGE).await;
+    let attempts = proxy.connections() - connections_before;
+    let mut rows = Vec::new();
+    for id in &during {
+        rows.push(row(db.pool(), *id).await);
+    }
+    proxy.accept();
+    eprintln!("connection attempts during the {OUTAGE:?} outage: {attempts}");
+
+    assert!(
+        attempts < 50,
+        "{attempts} connection attempts during a {OUTAGE:?} outage (one per delivery, not one \
+         shared reconnect with backoff)"
+    );
+    assert!(
+        attempts >= 3,
+        "the publisher kept trying during the outage: {attempts} attempts"
+    );
+    // The outage, plus a margin for the rows read after it.
+    let allowed = attempts_allowed(policy, OUTAGE + Duration::from_secs(2));
+    for r in &rows {
+        assert_ne!(r.status, "delivered", "delivered during the outage: {r:?}");
+        assert_ne!(r.status, "exhausted", "{r:?}");
+        assert!(
+            r.attempts <= allowed,
+            "charged {} attempts, more than the retry policy allows in the outage ({allowed}): {r:?}",
+            r.attempts
+        );
+        let reason = r.last_error.as_deref().unwrap_or("");
+        assert!(reason.contains("RabbitMQ at amqp://127.0.0.1:"), "{r:?}");
+    }
+    assert!(
+        rows.iter().any(|r| r
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("in a row failed"))),
+        "a delivery during the backoff says so: {rows:?}"
+    );
+
+    let mut ids = vec![first];
+    ids.extend(&during);
+    wait_until(
+        "every event delivered after the broker came back",
+        Duration::from_secs(60),
+        || async {
+            for id in &ids {
+                if status(db.pool(), *id).await != "delivered" {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    worker.shutdown().await;
+    publisher.close().await;
+
+    let in_queue = queue_len(&fx.channel, &fx.queue).await;
+    assert!(
+        in_queue >= 41,
+        "every delivered event is in the queue: {in_queue}"
+    );
+    let counts = consumer::consume(
+        db.pool(),
+        &fx.channel,
+        &fx.queue,
+        u64::from(in_queue),
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    assert_eq!(counts.applied, 41);
+    let applied: BTreeSet<Uuid> = sqlx::query_scalar("SELECT event_id FROM ledger")
+        .fetch_all(db.pool())
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(applied, ids.iter().copied().collect());
+    fx.cleanup().await;
+}
+
 /// Batch mode: twenty events published back to back, the connection killed right before the
 /// ninth publish while the broker's confirms are held back. The broker has the first eight;
 /// the publisher has no confirm, so all twenty are retried, and the retry sends the first

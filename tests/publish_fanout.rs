@@ -24,6 +24,7 @@ async fn a_failing_member_retries_the_event_for_all_and_each_receiver_keeps_one_
     let nats_config = NatsConfig {
         subject_prefix: format!("t{unique}"),
         ack_timeout: Duration::from_secs(5),
+        ..NatsConfig::default()
     };
     let broker = NatsPublisher::new(nats().await, nats_config).unwrap();
     broker

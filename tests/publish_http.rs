@@ -7,13 +7,14 @@ mod adapters_support;
 use std::time::Duration;
 
 use adapters_support::{
-    LEASE, OrderShipped, Receiver, Settled, Step, TRACEPARENT, UrlSecrets, attempt, captured_logs,
-    claim, closed_port, enqueue, exhaust_with_a_worker, numbered_attempt, row, status, wait_until,
+    LEASE, OrderShipped, Receiver, Settled, Step, TRACEPARENT, UrlSecrets, attempt, base64,
+    captured_logs, claim, closed_port, enqueue, exhaust_with_a_worker, numbered_attempt, row,
+    status, wait_until,
 };
 use outbox_runtime::delivery::FailureKind;
 use outbox_runtime::inbox::{self, ApplyOutcome};
 use outbox_runtime::publish::Envelope;
-use outbox_runtime::publish::http::{HttpConfig, HttpPublisher};
+use outbox_runtime::publish::http::{HttpConfig, HttpPublisher, RequestHeader};
 use outbox_runtime::testing::TestDatabase;
 use outbox_runtime::{Delivery, Sink, Store};
 use tokio_util::sync::CancellationToken;
@@ -628,6 +629,116 @@ async fn receiver_pages_repeating_the_url_leak_no_credentials() {
         loud.is_empty(),
         "the receiver's body reached a log record above DEBUG: {loud:?}"
     );
+}
+
+/// Every spelling of `secret` a receiver's page could hold: raw, percent-encoded (either hex
+/// case) and base64-encoded.
+fn spellings(secret: &str) -> [String; 4] {
+    [
+        secret.to_owned(),
+        adapters_support::encode(secret),
+        adapters_support::encode_lower(secret),
+        base64(secret.as_bytes()).trim_end_matches('=').to_owned(),
+    ]
+}
+
+/// Panic when `text` holds any spelling of any of `secrets`.
+fn assert_none_of(secrets: &[&str], text: &str, context: &str) {
+    for secret in secrets {
+        for spelling in spellings(secret) {
+            assert!(
+                !text.contains(&spelling),
+                "{context} holds {spelling:?} (a spelling of {secret:?}): {text}"
+            );
+        }
+    }
+}
+
+/// The `Authorization: Basic base64(user:password)` the HTTP client sends for a URL with
+/// userinfo, echoed by a receiver in its error page (as sent, percent-encoded in a query string,
+/// and inside a base64-encoded header dump): `last_error` and the log hold neither the header
+/// nor the credentials it carries, decoded or encoded; the rest of the page is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_echoing_the_authorization_header_leaks_no_credentials() {
+    let logs = captured_logs();
+    let db = TestDatabase::new().await;
+    let secrets = UrlSecrets::new();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], closed_port()));
+    let url = secrets.url("http", &addr.to_string(), "/events");
+    let receiver = Receiver::start_on(addr.port(), db.pool(), vec![Step::EchoHeaders(400)]).await;
+    let sink = publisher(&url, Duration::from_secs(5));
+    let (event_id, _) = enqueue(db.pool(), "echo", 1).await;
+
+    let reasons = exhaust_with_a_worker(db.pool(), sink, &[event_id]).await;
+
+    let seen = receiver.seen();
+    let sent = header(&seen[0], "authorization").expect("the client sent Basic credentials");
+    let token = sent.strip_prefix("Basic ").expect("a Basic credential");
+    let credentials = format!("{}:{}", secrets.user, secrets.password);
+    assert_eq!(
+        token,
+        base64(credentials.as_bytes()),
+        "what the client sends"
+    );
+    let secret_texts = [sent, token, &credentials, &secrets.password];
+    let reason = &reasons[0];
+    assert!(reason.starts_with("HTTP 400 Bad Request"), "{reason}");
+    assert!(
+        reason.contains("request headers:") && reason.contains(&event_id.to_string()),
+        "the rest of the page is kept: {reason}"
+    );
+    assert_none_of(&secret_texts, reason, "last_error");
+    secrets.assert_absent(reason, "last_error");
+    assert_none_of(&secret_texts, &logs.text(), "the log");
+}
+
+/// Headers configured on the publisher: a secret one (an API key) never shows in `Debug`, in
+/// `last_error` or in the log, in any spelling, when a receiver echoes it; a plain one (a
+/// tenant) is shown and kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_echoing_a_secret_header_leaks_it_nowhere() {
+    let logs = captured_logs();
+    let db = TestDatabase::new().await;
+    let unique = uuid::Uuid::new_v4().simple().to_string();
+    let key = format!("key/{}+=%", &unique[..16]);
+    let tenant = format!("tenant-{}", &unique[16..24]);
+    let receiver = Receiver::start(db.pool(), vec![Step::EchoHeaders(422)]).await;
+    let sink = HttpPublisher::new(
+        &receiver.url("/events"),
+        HttpConfig {
+            headers: vec![
+                RequestHeader::secret("X-Api-Key", &key),
+                RequestHeader::new("X-Tenant", &tenant),
+            ],
+            ..HttpConfig::default()
+        },
+    )
+    .unwrap();
+    let shown = format!("{sink:?}");
+    assert_none_of(&[&key], &shown, "Debug of the publisher");
+    assert!(shown.contains(&tenant), "{shown}");
+    let (event_id, _) = enqueue(db.pool(), "echo", 1).await;
+
+    let reasons = exhaust_with_a_worker(db.pool(), sink, &[event_id]).await;
+
+    let seen = receiver.seen();
+    assert_eq!(
+        header(&seen[0], "x-api-key"),
+        Some(key.as_str()),
+        "the key was sent"
+    );
+    assert_eq!(header(&seen[0], "x-tenant"), Some(tenant.as_str()));
+    let reason = &reasons[0];
+    assert!(
+        reason.starts_with("HTTP 422 Unprocessable Entity"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains(&tenant),
+        "the plain header is kept: {reason}"
+    );
+    assert_none_of(&[&key], reason, "last_error");
+    assert_none_of(&[&key], &logs.text(), "the log");
 }
 
 /// The body is cut to `max_reason_bytes` after redaction: a secret across the cut is replaced

@@ -35,6 +35,7 @@ fn config(partitions: i32) -> KafkaConfig {
         ack_timeout: Duration::from_secs(3),
         create_topic: Some((partitions, 1)),
         batch: None,
+        ..KafkaConfig::default()
     }
 }
 
@@ -273,6 +274,129 @@ async fn broker_down_then_up_loses_nothing() {
     .unwrap();
     assert_eq!(counts.applied, 10);
     assert_eq!(counts.duplicates, in_topic as u64 - 10);
+    let applied: BTreeSet<Uuid> = sqlx::query_scalar("SELECT event_id FROM ledger")
+        .fetch_all(db.pool())
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(applied, ids.iter().copied().collect());
+}
+
+/// A 20 s outage at a worker concurrency of 16 with a short retry policy, the broker behind a
+/// proxy that accepts every connection and closes it at once (so each attempt is counted): the
+/// publisher spaces its attempts with the shared reconnect backoff, fewer than 50 in the 20 s;
+/// no event is charged more attempts than the retry policy allows; once the broker is back every
+/// event is delivered and applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_costs_few_connection_attempts_and_loses_nothing() {
+    const OUTAGE: Duration = Duration::from_secs(20);
+    let db = TestDatabase::new().await;
+    consumer::create_schema(db.pool()).await.unwrap();
+    let (tansu, proxy) = Tansu::behind_proxy().await;
+    let publisher = KafkaPublisher::connect(&tansu.bootstrap(), config(3))
+        .await
+        .unwrap();
+    let policy = RetryPolicy {
+        base: Duration::from_millis(50),
+        max: Duration::from_millis(500),
+        jitter: false,
+    };
+    let worker = Worker::builder(db.pool().clone(), publisher.clone())
+        .lease(Duration::from_secs(30))
+        .concurrency(16)
+        .poll_interval(Duration::from_millis(20))
+        .retry(policy)
+        .start()
+        .await
+        .unwrap();
+    let mut ids = vec![enqueue(db.pool(), "before", 1000).await.0];
+    wait_until(
+        "the first event delivered",
+        Duration::from_secs(30),
+        || async { status(db.pool(), ids[0]).await == "delivered" },
+    )
+    .await;
+
+    proxy.refuse();
+    let outage_began = tokio::time::Instant::now();
+    let connections_before = proxy.connections();
+    let mut during = Vec::new();
+    for _ in 0..40 {
+        during.push(enqueue(db.pool(), "during", 1000).await.0);
+    }
+    wait_until(
+        "every event enqueued during the outage tried and retried",
+        OUTAGE,
+        || async {
+            for id in &during {
+                if row(db.pool(), *id).await.handler_failures < 1 {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    // The outage lasts its full length whatever the deliveries do: the count is per 20 s.
+    tokio::time::sleep_until(outage_began + OUTAGE).await;
+    let attempts = proxy.connections() - connections_before;
+    let mut rows = Vec::new();
+    for id in &during {
+        rows.push(row(db.pool(), *id).await);
+    }
+    proxy.accept();
+    eprintln!("connection attempts during the {OUTAGE:?} outage: {attempts}");
+
+    assert!(
+        attempts < 50,
+        "{attempts} connection attempts during a {OUTAGE:?} outage"
+    );
+    let mut elapsed = Duration::ZERO;
+    let mut allowed = 1;
+    while elapsed <= OUTAGE + Duration::from_secs(2) {
+        elapsed += policy.delay_for(allowed);
+        allowed += 1;
+    }
+    for r in &rows {
+        assert_ne!(r.status, "delivered", "delivered during the outage: {r:?}");
+        assert!(
+            i64::from(r.attempts) <= i64::from(allowed),
+            "charged more attempts than the retry policy allows ({allowed}): {r:?}"
+        );
+        assert!(
+            r.last_error.as_deref().unwrap_or("").contains("Kafka"),
+            "{r:?}"
+        );
+    }
+
+    ids.extend(&during);
+    wait_until(
+        "every event delivered after the broker came back",
+        Duration::from_secs(60),
+        || async {
+            for id in &ids {
+                if status(db.pool(), *id).await != "delivered" {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    worker.shutdown().await;
+    let in_topic = record_count(&publisher).await;
+    let counts = consumer::consume(
+        db.pool(),
+        publisher.client(),
+        &publisher.config().topic,
+        publisher.partitions(),
+        in_topic as u64,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    assert_eq!(counts.applied, 41);
     let applied: BTreeSet<Uuid> = sqlx::query_scalar("SELECT event_id FROM ledger")
         .fetch_all(db.pool())
         .await

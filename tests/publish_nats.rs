@@ -3,6 +3,7 @@
 //! stream and a subject prefix of its own. What the receiver recorded is the stream's content.
 
 mod adapters_support;
+mod brokers_support;
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -10,11 +11,14 @@ use std::time::Duration;
 use adapters_support::{
     LEASE, OrderShipped, Settled, TRACEPARENT, UrlSecrets, attempt, captured_logs, claim,
     closed_port, enqueue, exhaust_with_a_worker, nats, numbered_attempt, row, settle, status,
+    wait_until,
 };
 use async_nats::jetstream;
+use brokers_support::proxy::{Framing, Proxy};
 use outbox_runtime::publish::Envelope;
 use outbox_runtime::publish::nats::{NatsConfig, NatsPublisher, NatsStats};
 use outbox_runtime::testing::TestDatabase;
+use outbox_runtime::worker::{RetryPolicy, Worker};
 use outbox_runtime::{HandlerError, Sink, Store};
 
 /// A publisher with a unique subject prefix, and (when `with_stream`) a stream of its own with
@@ -30,6 +34,7 @@ impl Fixture {
         let config = NatsConfig {
             subject_prefix: format!("t{unique}"),
             ack_timeout: Duration::from_secs(5),
+            ..NatsConfig::default()
         };
         let publisher = NatsPublisher::new(nats().await, config).unwrap();
         publisher.check_lease(LEASE).unwrap();
@@ -247,6 +252,7 @@ async fn a_missing_acknowledgement_is_a_retry_within_the_ack_timeout() {
     let config = NatsConfig {
         subject_prefix: format!("t{unique}"),
         ack_timeout: Duration::from_millis(500),
+        ..NatsConfig::default()
     };
     let client = nats().await;
     let publisher = NatsPublisher::new(client.clone(), config).unwrap();
@@ -293,6 +299,7 @@ async fn credentials_in_the_server_url_leak_nowhere() {
     let config = || NatsConfig {
         subject_prefix: format!("t{}", uuid::Uuid::new_v4().simple()),
         ack_timeout: Duration::from_secs(2),
+        ..NatsConfig::default()
     };
 
     let refused = secrets.url("nats", &format!("127.0.0.1:{}", closed_port()), "");
@@ -328,4 +335,142 @@ async fn credentials_in_the_server_url_leak_nowhere() {
     );
     secrets.assert_absent(&reasons[0], "last_error");
     secrets.assert_absent(&logs.text(), "the log");
+}
+
+/// The proxy needs no cut points in NATS traffic: it only counts and refuses connections.
+struct NoCuts;
+
+impl Framing for NoCuts {
+    fn starts(&mut self, _chunk: &[u8]) -> Vec<usize> {
+        Vec::new()
+    }
+}
+
+/// A 20 s outage at a worker concurrency of 16 with a short retry policy, the server behind a
+/// proxy that accepts every connection and closes it at once (so each attempt is counted). The
+/// client reconnects one attempt at a time, spaced by `NatsConfig::reconnect`: fewer than 50
+/// attempts in the 20 s. No event is charged more attempts than the retry policy allows, and
+/// once the server is back every event is in the stream once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_costs_few_connection_attempts_and_loses_nothing() {
+    const OUTAGE: Duration = Duration::from_secs(20);
+    let db = TestDatabase::new().await;
+    let server = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
+    let upstream = tokio::net::lookup_host(server.trim_start_matches("nats://"))
+        .await
+        .unwrap()
+        .next()
+        .unwrap();
+    let proxy = Proxy::start(upstream, || Box::new(NoCuts)).await;
+    let unique = uuid::Uuid::new_v4().simple().to_string();
+    let config = NatsConfig {
+        subject_prefix: format!("t{unique}"),
+        ack_timeout: Duration::from_secs(2),
+        ..NatsConfig::default()
+    };
+    let publisher = NatsPublisher::connect(&format!("nats://127.0.0.1:{}", proxy.port()), config)
+        .await
+        .unwrap();
+    let stream = format!("OUTBOX_TEST_{}", unique.to_uppercase());
+    publisher
+        .ensure_stream(&stream, Duration::from_secs(120))
+        .await
+        .unwrap();
+    let policy = RetryPolicy {
+        base: Duration::from_millis(50),
+        max: Duration::from_millis(500),
+        jitter: false,
+    };
+    let worker = Worker::builder(db.pool().clone(), publisher.clone())
+        .lease(Duration::from_secs(30))
+        .concurrency(16)
+        .poll_interval(Duration::from_millis(20))
+        .retry(policy)
+        .start()
+        .await
+        .unwrap();
+    let mut ids = vec![enqueue(db.pool(), "before", 1000).await.0];
+    wait_until(
+        "the first event delivered",
+        Duration::from_secs(30),
+        || async { status(db.pool(), ids[0]).await == "delivered" },
+    )
+    .await;
+
+    proxy.refuse();
+    let outage_began = tokio::time::Instant::now();
+    let connections_before = proxy.connections();
+    let mut during = Vec::new();
+    for _ in 0..40 {
+        during.push(enqueue(db.pool(), "during", 1000).await.0);
+    }
+    wait_until(
+        "every event enqueued during the outage tried and retried",
+        OUTAGE,
+        || async {
+            for id in &during {
+                if row(db.pool(), *id).await.handler_failures < 1 {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    // The outage lasts its full length whatever the deliveries do: the count is per 20 s.
+    tokio::time::sleep_until(outage_began + OUTAGE).await;
+    let attempts = proxy.connections() - connections_before;
+    let mut rows = Vec::new();
+    for id in &during {
+        rows.push(row(db.pool(), *id).await);
+    }
+    proxy.accept();
+    eprintln!("connection attempts during the {OUTAGE:?} outage: {attempts}");
+
+    assert!(
+        attempts < 50,
+        "{attempts} connection attempts during a {OUTAGE:?} outage"
+    );
+    assert!(attempts >= 3, "the client kept trying: {attempts} attempts");
+    let mut elapsed = Duration::ZERO;
+    let mut allowed = 1;
+    while elapsed <= OUTAGE + Duration::from_secs(2) {
+        elapsed += policy.delay_for(allowed);
+        allowed += 1;
+    }
+    for r in &rows {
+        assert_ne!(r.status, "delivered", "delivered during the outage: {r:?}");
+        assert!(
+            i64::from(r.attempts) <= i64::from(allowed),
+            "charged more attempts than the retry policy allows ({allowed}): {r:?}"
+        );
+    }
+
+    ids.extend(&during);
+    wait_until(
+        "every event delivered after the server came back",
+        Duration::from_secs(60),
+        || async {
+            for id in &ids {
+                if status(db.pool(), *id).await != "delivered" {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    worker.shutdown().await;
+    let stored = publisher
+        .jetstream()
+        .get_stream(&stream)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .state
+        .messages;
+    assert_eq!(stored, 41, "every event once in the stream");
+    let _ = publisher.jetstream().delete_stream(&stream).await;
 }

@@ -451,6 +451,7 @@ async fn connect_nats(choice: &NatsChoice) -> Result<Option<(String, NatsPublish
     let config = NatsConfig {
         subject_prefix: format!("order_service_{run}"),
         ack_timeout: Duration::from_secs(5),
+        ..NatsConfig::default()
     };
     let probe = matches!(choice, NatsChoice::Probe);
     let attempt = async {

@@ -221,6 +221,10 @@ pub enum Step {
     /// Apply it and commit, then hold the response for this long (beyond the client's
     /// timeout): the publisher never sees the answer. A lost response.
     ApplyThenStall(Duration),
+    /// Answer with this status and a page listing the request's headers, the way a debugging
+    /// receiver does: as `name: value` lines, as a percent-encoded query string, and base64
+    /// encoded whole. Nothing is applied.
+    EchoHeaders(u16),
     /// Answer with this status and body, without applying anything.
     Respond {
         status: u16,
@@ -429,6 +433,10 @@ async fn on_event(
             tokio::time::sleep(hold).await;
             status.into_response()
         }
+        Step::EchoHeaders(status) => {
+            record(status);
+            (StatusCode::from_u16(status).unwrap(), echo_page(&headers)).into_response()
+        }
         Step::Respond {
             status,
             body,
@@ -444,6 +452,42 @@ async fn on_event(
             response
         }
     }
+}
+
+/// The page of [`Step::EchoHeaders`].
+fn echo_page(headers: &HeaderMap) -> String {
+    let mut lines = String::new();
+    let mut query = Vec::new();
+    for (name, value) in headers {
+        let value = String::from_utf8_lossy(value.as_bytes());
+        lines.push_str(&format!("{name}: {value}\n"));
+        query.push(format!("{name}={}", encode(&value)));
+    }
+    format!(
+        "request headers:\n{lines}as a query: ?{}\nencoded: {}\n",
+        query.join("&"),
+        base64(lines.as_bytes())
+    )
+}
+
+/// Standard base64 with padding (the tests' own, to encode what a receiver echoes).
+pub fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 async fn on_batch(

@@ -8,7 +8,7 @@
 //! before it reached the broker whole, nothing after it did.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -40,6 +40,8 @@ struct Control {
     framing: Box<dyn Fn() -> Box<dyn Framing> + Send + Sync>,
     cuts: AtomicUsize,
     connections: AtomicUsize,
+    /// true while every new connection is accepted and closed at once (see [`Proxy::refuse`]).
+    refusing: AtomicBool,
 }
 
 /// A running proxy; see the [module docs](self). Stops when dropped.
@@ -73,6 +75,7 @@ impl Proxy {
             framing: Box::new(framing),
             cuts: AtomicUsize::new(0),
             connections: AtomicUsize::new(0),
+            refusing: AtomicBool::new(false),
         });
         let proxy = Proxy {
             port,
@@ -95,6 +98,21 @@ impl Proxy {
             accept.abort();
         }
         self.close_all();
+    }
+
+    /// The broker goes away behind something that still accepts connections (a load balancer,
+    /// a broker process that is starting): every open connection is closed, and every new one
+    /// is accepted, counted in [`Proxy::connections`], and closed at once without reaching the
+    /// broker, until [`Proxy::accept`]. Unlike [`Proxy::down`], each connection attempt of a
+    /// client is seen, so a test can count them.
+    pub fn refuse(&self) {
+        self.control.refusing.store(true, Ordering::SeqCst);
+        self.close_all();
+    }
+
+    /// Forward new connections to the broker again after [`Proxy::refuse`].
+    pub fn accept(&self) {
+        self.control.refusing.store(false, Ordering::SeqCst);
     }
 
     /// The broker is back on the same port.
@@ -162,6 +180,10 @@ impl Proxy {
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 control.connections.fetch_add(1, Ordering::SeqCst);
+                if control.refusing.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
                 tokio::spawn(serve(client, Arc::clone(&control)));
             }
         });

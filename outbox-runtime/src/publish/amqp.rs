@@ -35,6 +35,12 @@
 //! reported delivered without its confirm, so nothing is lost: what was in flight comes back
 //! through the worker's retry.
 //!
+//! While the broker cannot be reached, the publisher does not connect once per delivery: one
+//! delivery at a time tries, and after `n` failed attempts in a row the next waits
+//! [`AmqpConfig::reconnect`]'s backoff (capped, with jitter; see [`super::reconnect`]).
+//! Deliveries that arrive meanwhile fail at once as retries, with the last connection error
+//! as their reason, and come back after the worker's own backoff.
+//!
 //! # Credentials
 //!
 //! The URL's user and password never appear in an error, a failure reason or this publisher's
@@ -54,6 +60,7 @@ use lapin::uri::AMQPUri;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use tokio::time::Instant;
 
+use super::reconnect::{Reconnect, ReconnectBackoff, Waiting};
 use super::redact::{self, Redactor};
 use super::{Envelope, metadata_headers, unless_lease_lost};
 use crate::delivery::{Delivery, HandlerError};
@@ -112,6 +119,9 @@ pub struct AmqpConfig {
     /// are awaited ([`Sink::deliver_batch`]), each with its own result. `None` (the default):
     /// one event per call.
     pub batch: Option<usize>,
+    /// How attempts to reconnect to a broker that went away are spaced (default: 100 ms after
+    /// the first failed attempt, doubling up to 5 s, with jitter).
+    pub reconnect: ReconnectBackoff,
 }
 
 impl Default for AmqpConfig {
@@ -123,6 +133,7 @@ impl Default for AmqpConfig {
             unroutable: Unroutable::Retry,
             declare_exchange: None,
             batch: None,
+            reconnect: ReconnectBackoff::default(),
         }
     }
 }
@@ -165,6 +176,8 @@ struct Shared {
     redactor: Redactor,
     config: AmqpConfig,
     link: tokio::sync::Mutex<Option<Arc<Link>>>,
+    /// When the next attempt to connect may be made, shared by every delivery.
+    reconnect: Reconnect,
     counts: Counts,
 }
 
@@ -216,6 +229,7 @@ impl AmqpPublisher {
                 uri,
                 shown_server,
                 redactor,
+                reconnect: Reconnect::new(config.reconnect),
                 config,
                 link: tokio::sync::Mutex::new(None),
                 counts: Counts::default(),
@@ -340,7 +354,8 @@ impl AmqpPublisher {
     }
 
     /// The current link, or a new one when there is none or its channel is closed. Waits at
-    /// most until `deadline`.
+    /// most until `deadline`. Opening one holds the slot's lock, so one attempt is under way
+    /// at a time; while the reconnect backoff runs, fails at once without connecting.
     async fn link(&self, deadline: Instant) -> Result<Arc<Link>, HandlerError> {
         let mut slot = tokio::time::timeout_at(deadline, self.shared.link.lock())
             .await
@@ -350,6 +365,11 @@ impl AmqpPublisher {
                 return Ok(Arc::clone(link));
             }
         }
+        let attempt = self
+            .shared
+            .reconnect
+            .begin()
+            .map_err(|waiting| self.backing_off(&waiting))?;
         let previous = slot.take();
         let generation = self.shared.counts.links_opened.load(Ordering::Relaxed) + 1;
         let open = async {
@@ -385,9 +405,19 @@ impl AmqpPublisher {
                 generation,
             })
         };
-        let link = tokio::time::timeout_at(deadline, open)
+        let opened = tokio::time::timeout_at(deadline, open)
             .await
-            .map_err(|_| self.no_link_in_time())??;
+            .unwrap_or_else(|_| Err(self.no_link_in_time()));
+        let link = match opened {
+            Ok(link) => {
+                attempt.succeeded();
+                link
+            }
+            Err(e) => {
+                attempt.failed(&e.message);
+                return Err(e);
+            }
+        };
         self.shared
             .counts
             .links_opened
@@ -619,6 +649,12 @@ impl AmqpPublisher {
         ))
     }
 
+    /// A delivery that came while the reconnect backoff runs: the last attempt's reason (it
+    /// names the server), how many failed, and when the next is due.
+    fn backing_off(&self, waiting: &Waiting) -> HandlerError {
+        HandlerError::retry(waiting.describe())
+    }
+
     fn no_link_in_time(&self) -> HandlerError {
         HandlerError::retry(format!(
             "cannot connect to RabbitMQ at {} within {:?}",
@@ -724,7 +760,7 @@ fn validate(config: &AmqpConfig) -> Result<()> {
             "AmqpConfig::batch must be at least 1 (or None for one event per call)".into(),
         ));
     }
-    Ok(())
+    config.reconnect.validate("AmqpConfig::reconnect")
 }
 
 /// The host of `url` when it is an IP address (`127.0.0.1`, `[::1]`), as written.

@@ -40,7 +40,7 @@
 //! delivered: an item missing from the results, or a `2xx` body that is not such a document,
 //! is retried. A non-2xx answer to the whole request applies to every item.
 //!
-//! # Credentials in the URL
+//! # Credentials in the URL and in headers
 //!
 //! The URL's userinfo (user and password) and query values never appear in a failure reason,
 //! a log line or this publisher's `Debug` output: reasons name the URL as
@@ -49,6 +49,16 @@
 //! [`Redactor`] that replaces those values, raw, percent-decoded or
 //! percent-encoded, with `[redacted]` before the text is cut to
 //! [`HttpConfig::max_reason_bytes`]. A receiver's body is logged at DEBUG only.
+//!
+//! The same holds for credentials the request carries in headers, which a receiver may echo
+//! (a debugging endpoint, an error page listing the request): the
+//! `Authorization: Basic base64(user:password)` the client sends for a URL with userinfo, an
+//! `Authorization`, `Proxy-Authorization` or `Cookie` header of [`HttpConfig::headers`], and
+//! every header configured with [`RequestHeader::secret`]. Each is redacted as sent, as the
+//! credential after its scheme, for `Basic` as the decoded `user:password` and its two parts,
+//! and in every percent- and base64-encoding (see [`super::redact`]). Headers set on a client
+//! of your own ([`HttpPublisher::with_client`], `default_headers`) are not seen by the
+//! publisher: give credentials through [`HttpConfig::headers`] instead.
 
 use std::time::Duration;
 
@@ -86,6 +96,73 @@ pub struct HttpConfig {
     /// `Some(n)`: batch mode, up to `n` events per request (see the [module docs](self)).
     /// `None` (the default): one event per request.
     pub batch: Option<usize>,
+    /// Headers sent with every request (default none): an API key, a bearer token, a tenant.
+    /// They take precedence over an event's forwarded headers of the same name. The headers
+    /// the publisher sets itself (`Idempotency-Key`, `Outbox-*`, `Content-*`, `Host`) cannot be
+    /// given here.
+    pub headers: Vec<RequestHeader>,
+}
+
+/// A header sent with every request ([`HttpConfig::headers`]).
+#[derive(Clone, PartialEq, Eq)]
+pub struct RequestHeader {
+    name: String,
+    value: String,
+    secret: bool,
+}
+
+impl RequestHeader {
+    /// A header whose value is no secret (a tenant id, an API version): shown in `Debug`
+    /// output and left as it is in a receiver's text. `Authorization`, `Proxy-Authorization`
+    /// and `Cookie` are treated as secret whichever constructor made them.
+    pub fn new(name: impl Into<String>, value: impl Into<String>) -> RequestHeader {
+        RequestHeader {
+            name: name.into(),
+            value: value.into(),
+            secret: false,
+        }
+    }
+
+    /// A header whose value is a credential (an API key, a signed token): never shown in
+    /// `Debug` output, and redacted, in every encoding, from whatever a receiver answers.
+    pub fn secret(name: impl Into<String>, value: impl Into<String>) -> RequestHeader {
+        RequestHeader {
+            name: name.into(),
+            value: value.into(),
+            secret: true,
+        }
+    }
+
+    /// The header's name, as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the value is treated as a secret (see [`RequestHeader::new`]).
+    pub fn is_secret(&self) -> bool {
+        self.secret || is_credential_header(&self.name)
+    }
+}
+
+impl std::fmt::Debug for RequestHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let value: &dyn std::fmt::Debug = if self.is_secret() {
+            &"[redacted]"
+        } else {
+            &self.value
+        };
+        f.debug_struct("RequestHeader")
+            .field("name", &self.name)
+            .field("value", value)
+            .finish()
+    }
+}
+
+/// Headers that carry credentials whoever configured them.
+fn is_credential_header(name: &str) -> bool {
+    ["authorization", "proxy-authorization", "cookie"]
+        .iter()
+        .any(|credential| name.eq_ignore_ascii_case(credential))
 }
 
 impl Default for HttpConfig {
@@ -96,6 +173,7 @@ impl Default for HttpConfig {
             max_reason_bytes: 2048,
             max_retry_after: Duration::from_secs(3600),
             batch: None,
+            headers: Vec::new(),
         }
     }
 }
@@ -107,9 +185,11 @@ pub struct HttpPublisher {
     url: reqwest::Url,
     /// The URL without credentials or query, safe to put in a stored failure reason.
     shown_url: String,
-    /// Removes the URL's credentials and query values from text the receiver or the client
-    /// wrote.
+    /// Removes the URL's credentials and query values, and the credentials of the request's
+    /// headers, from text the receiver or the client wrote.
     redactor: Redactor,
+    /// [`HttpConfig::headers`], checked, secret values marked sensitive.
+    extra_headers: HeaderMap,
     config: HttpConfig,
 }
 
@@ -190,13 +270,34 @@ impl HttpPublisher {
             parsed.host_str().unwrap_or_default(),
             parsed.port().map(|p| format!(":{p}")).unwrap_or_default()
         ) + parsed.path();
+        let extra_headers = extra_headers(&config.headers)?;
         // The parsed URL's own spellings too: it percent-encodes what the input wrote raw.
-        let redactor = Redactor::for_url(url).merge(&Redactor::for_url(parsed.as_str()));
+        let mut redactor = Redactor::for_url(url).merge(&Redactor::for_url(parsed.as_str()));
+        // The credentials of the request as the client sends it: the `Authorization: Basic`
+        // it derives from the URL's userinfo, and the configured headers.
+        let probe = client
+            .post(parsed.clone())
+            .headers(extra_headers.clone())
+            .build()
+            .map_err(|e| {
+                Error::Config(format!(
+                    "cannot build a request to {shown_url}: {}",
+                    redactor.redact(&error_causes(&e))
+                ))
+            })?;
+        for (name, value) in probe.headers() {
+            if value.is_sensitive() || is_credential_header(name.as_str()) {
+                redactor = redactor.merge(&Redactor::for_header_value(&String::from_utf8_lossy(
+                    value.as_bytes(),
+                )));
+            }
+        }
         Ok(HttpPublisher {
             client,
             url: parsed,
             shown_url,
             redactor,
+            extra_headers,
             config,
         })
     }
@@ -365,6 +466,10 @@ impl HttpPublisher {
             HandlerError::permanent(format!("event cannot be encoded as JSON: {e}"))
         })?;
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        // The configured headers win over an event's forwarded header of the same name.
+        for (name, value) in &self.extra_headers {
+            headers.insert(name.clone(), value.clone());
+        }
         self.client
             .post(self.url.clone())
             .timeout(self.config.timeout)
@@ -482,6 +587,42 @@ impl Sink for HttpPublisher {
     }
 }
 
+/// [`HttpConfig::headers`] as a header map, secret values marked sensitive (the HTTP stack
+/// leaves them out of its own debug output); a clear error for a name or value HTTP cannot
+/// carry (never quoting a secret value) or a header the publisher sets itself.
+fn extra_headers(configured: &[RequestHeader]) -> Result<HeaderMap> {
+    let mut map = HeaderMap::with_capacity(configured.len());
+    for header in configured {
+        let shown = &header.name;
+        let name = HeaderName::from_bytes(header.name.as_bytes()).map_err(|_| {
+            Error::Config(format!(
+                "HttpConfig::headers: `{shown}` is not a valid header name (letters, digits and \
+                 `!#$%&'*+-.^_`|~`)"
+            ))
+        })?;
+        let lower = name.as_str();
+        if lower.starts_with("outbox-")
+            || lower.starts_with("content-")
+            || lower == IDEMPOTENCY_KEY.to_ascii_lowercase()
+            || lower == "host"
+            || lower == "transfer-encoding"
+        {
+            return Err(Error::Config(format!(
+                "HttpConfig::headers: `{shown}` is set by the publisher itself and cannot be configured"
+            )));
+        }
+        let mut value = HeaderValue::from_str(&header.value).map_err(|_| {
+            Error::Config(format!(
+                "HttpConfig::headers: the value of `{shown}` is not a valid header value \
+                 (visible ASCII and spaces, no line breaks)"
+            ))
+        })?;
+        value.set_sensitive(header.is_secret());
+        map.insert(name, value);
+    }
+    Ok(map)
+}
+
 fn to_header_map(headers: Vec<(String, String)>) -> HeaderMap {
     let mut map = HeaderMap::with_capacity(headers.len() + 2);
     for (name, value) in headers {
@@ -552,6 +693,7 @@ fn error_causes(e: &reqwest::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::redact::tests_support::{oracle_base64, percent_encode_all};
     use super::*;
 
     fn publisher() -> HttpPublisher {
@@ -653,7 +795,130 @@ mod tests {
         assert!(HttpPublisher::new("http://127.0.0.1/x", batch0).is_err());
     }
 
+    #[test]
+    fn configured_headers_are_checked_and_secret_values_never_shown() {
+        let config = HttpConfig {
+            headers: vec![
+                RequestHeader::secret("X-Api-Key", "k3y-0f-the-service"),
+                RequestHeader::new("Authorization", "Bearer t0ken-of-the-service"),
+                RequestHeader::new("X-Tenant", "acme-tenant"),
+            ],
+            ..HttpConfig::default()
+        };
+        let p = HttpPublisher::new("http://127.0.0.1:9/hook", config.clone()).unwrap();
+        let shown = format!("{p:?} {config:?}");
+        assert!(
+            !shown.contains("k3y") && !shown.contains("t0ken"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("acme-tenant"),
+            "plain values are shown: {shown}"
+        );
+        assert!(p.extra_headers["x-api-key"].is_sensitive());
+        assert!(p.extra_headers["authorization"].is_sensitive());
+        assert!(!p.extra_headers["x-tenant"].is_sensitive());
+        let echoed = p
+            .failure(
+                400,
+                None,
+                &p.redactor
+                    .redact("x-api-key: k3y-0f-the-service, tenant acme-tenant"),
+            )
+            .stored_reason();
+        assert!(
+            !echoed.contains("k3y") && echoed.contains("acme-tenant"),
+            "{echoed}"
+        );
+
+        let with = |header: RequestHeader| {
+            let config = HttpConfig {
+                headers: vec![header],
+                ..HttpConfig::default()
+            };
+            HttpPublisher::new("http://127.0.0.1:9/hook", config)
+                .unwrap_err()
+                .to_string()
+        };
+        let err = with(RequestHeader::secret("X-Api-Key", "line\nbreak-s3cret"));
+        assert!(
+            err.contains("the value of `X-Api-Key` is not a valid header value"),
+            "{err}"
+        );
+        assert!(!err.contains("s3cret"), "{err}");
+        assert!(with(RequestHeader::new("bad name", "x")).contains("not a valid header name"));
+        for owned in ["Idempotency-Key", "Outbox-Event-Id", "content-type", "Host"] {
+            let err = with(RequestHeader::new(owned, "x"));
+            assert!(
+                err.contains("set by the publisher itself"),
+                "{owned}: {err}"
+            );
+        }
+    }
+
     proptest::proptest! {
+        /// Whatever user and password a URL carries and whatever API key is configured, a
+        /// receiver that echoes the request's credentials (the `Authorization` header the HTTP
+        /// client sends, built here by the client's own `basic_auth`, and the key), raw,
+        /// percent-encoded or base64-encoded, gets none of them into the stored reason or the
+        /// publisher's `Debug`.
+        #[test]
+        fn echoed_request_credentials_never_reach_the_reason(
+            user in "[A-Za-z0-9._~-]{1,12}",
+            password in "[ -~]{1,16}",
+            key in "[!-~]{12,24}",
+            noise in "[ -~]{0,12}",
+        ) {
+            let encoded: String = password
+                .bytes()
+                .map(|b| if b.is_ascii_alphanumeric() { char::from(b).to_string() } else { format!("%{b:02X}") })
+                .collect();
+            let config = HttpConfig {
+                headers: vec![RequestHeader::secret("X-Api-Key", key.clone())],
+                ..HttpConfig::default()
+            };
+            let p = HttpPublisher::new(&format!("http://{user}:{encoded}@127.0.0.1:9/hook"), config).unwrap();
+            let sent = reqwest::Client::new()
+                .post("http://127.0.0.1:9/")
+                .basic_auth(&user, Some(&password))
+                .build()
+                .unwrap()
+                .headers()["authorization"]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            let token = sent["Basic ".len()..].to_owned();
+            let credentials = format!("{user}:{password}");
+            let dump = format!("authorization: {sent}\r\nx-api-key: {key}\r\n");
+            let body = format!(
+                "{noise}{dump}{noise}{}{noise}{}{noise}{}",
+                percent_encode_all(&dump),
+                oracle_base64(dump.as_bytes()),
+                oracle_base64(format!("{noise}{dump}").as_bytes()),
+            );
+            let failure = p
+                .single_outcome(Uuid::nil(), 400, &HeaderMap::new(), body.as_bytes(), false)
+                .unwrap_err();
+            proptest::prop_assert_eq!(&failure.message, "HTTP 400 Bad Request from http://127.0.0.1:9/hook");
+            // The receiver's part (the message is the publisher's own and names no secret).
+            let reason = failure.detail.unwrap_or_default();
+            let shown = format!("{p:?}");
+            for secret in [&sent, &token, &credentials, &password, &key] {
+                proptest::prop_assert!(!reason.contains(secret.as_str()), "{:?} in {:?}", secret, reason);
+            }
+            // (Short secrets turn up in any `Debug` text by chance: the long ones.)
+            for secret in [&sent, &key] {
+                proptest::prop_assert!(!shown.contains(secret.as_str()), "{:?} in {:?}", secret, shown);
+            }
+            for encoded in [
+                percent_encode_all(&sent),
+                percent_encode_all(&key),
+                oracle_base64(key.as_bytes()),
+            ] {
+                proptest::prop_assert!(!reason.contains(&encoded), "{:?} in {:?}", encoded, reason);
+            }
+        }
+
         /// Whatever a receiver puts in `Retry-After` and `Date` (seconds of any size, dates far
         /// apart or malformed, garbage), reading it never panics and never asks for more than
         /// the cap; plain seconds are honoured up to it.

@@ -17,6 +17,11 @@
 //! acknowledgement, a worker that crashed after sending). Both publishers send the same key on
 //! every attempt so the receiver can drop the duplicate, for example with [`crate::inbox`].
 //!
+//! A publisher whose broker (or receiver) went away does not open a connection per delivery:
+//! it reconnects one attempt at a time with capped exponential backoff and jitter
+//! ([`reconnect::ReconnectBackoff`], one setting per publisher config), and deliveries that
+//! arrive meanwhile fail at once as retries.
+//!
 //! Both publishers describe an event the same way: the [`Envelope`] as the body, and the
 //! metadata of [`metadata_headers`] as message headers.
 //!
@@ -49,6 +54,13 @@ pub mod http;
 pub mod kafka;
 #[cfg(feature = "nats")]
 pub mod nats;
+#[cfg(any(
+    feature = "nats",
+    feature = "http",
+    feature = "amqp",
+    feature = "kafka"
+))]
+pub mod reconnect;
 #[cfg(any(
     feature = "nats",
     feature = "http",

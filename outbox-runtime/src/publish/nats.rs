@@ -11,6 +11,12 @@
 //! (timeout, broken connection, no stream for the subject) is a retry; a message larger than the
 //! server accepts is permanent.
 //!
+//! The client reconnects by itself after a broken connection, one attempt at a time for all
+//! deliveries; a publisher that [`NatsPublisher::connect`]s spaces those attempts with
+//! [`NatsConfig::reconnect`] (capped exponential backoff with jitter, see
+//! [`super::reconnect`]). Publishes made meanwhile wait in the client until the ack timeout and
+//! are retried by the worker; the `Nats-Msg-Id` drops what reached the stream twice.
+//!
 //! A server URL can carry credentials (`nats://user:password@host`, `nats://token@host`): they
 //! never appear in an error, a failure reason or this publisher's `Debug` output (see
 //! [`Redactor`]).
@@ -23,6 +29,7 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::{self, context::PublishErrorKind};
 use futures::future::BoxFuture;
 
+use super::reconnect::ReconnectBackoff;
 use super::redact::{self, Redactor};
 use super::{Envelope, metadata_headers, unless_lease_lost};
 use crate::delivery::{Delivery, HandlerError};
@@ -39,6 +46,11 @@ pub struct NatsConfig {
     /// How long to wait for the stream's acknowledgement of one publish (default 5 s). Must be
     /// shorter than the worker's lease ([`NatsPublisher::check_lease`]).
     pub ack_timeout: Duration,
+    /// How the client's attempts to reconnect to a server that went away are spaced (default:
+    /// at once after a healthy connection broke, then 100 ms doubling up to 5 s, with
+    /// jitter). Applies to [`NatsPublisher::connect`]; a client given to [`NatsPublisher::new`]
+    /// keeps its own (`ConnectOptions::reconnect_delay_callback`).
+    pub reconnect: ReconnectBackoff,
 }
 
 impl Default for NatsConfig {
@@ -46,6 +58,7 @@ impl Default for NatsConfig {
         NatsConfig {
             subject_prefix: "outbox".to_owned(),
             ack_timeout: Duration::from_secs(5),
+            reconnect: ReconnectBackoff::default(),
         }
     }
 }
@@ -92,6 +105,7 @@ impl NatsPublisher {
     /// A publisher over an existing connection.
     pub fn new(client: async_nats::Client, config: NatsConfig) -> Result<NatsPublisher> {
         validate_prefix(&config.subject_prefix)?;
+        config.reconnect.validate("NatsConfig::reconnect")?;
         if config.ack_timeout.is_zero() {
             return Err(Error::Config(
                 "NatsConfig::ack_timeout must be greater than zero".into(),
@@ -115,7 +129,14 @@ impl NatsPublisher {
         let shown = redact::shown_url(url);
         // The client logs the server address it connects to (at DEBUG): give it the address
         // without credentials, and the credentials as options.
-        let mut options = async_nats::ConnectOptions::new().connection_timeout(config.ack_timeout);
+        config.reconnect.validate("NatsConfig::reconnect")?;
+        // The client counts the attempt it is about to make (1 for the first after a break).
+        let backoff = config.reconnect;
+        let mut options = async_nats::ConnectOptions::new()
+            .connection_timeout(config.ack_timeout)
+            .reconnect_delay_callback(move |attempt| {
+                backoff.delay_for(u32::try_from(attempt.saturating_sub(1)).unwrap_or(u32::MAX))
+            });
         match redact::userinfo(url) {
             Some((user, Some(password))) => options = options.user_and_password(user, password),
             Some((token, None)) => options = options.token(token),

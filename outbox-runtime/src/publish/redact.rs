@@ -1,11 +1,21 @@
 //! Keeping a publisher's credentials out of failure reasons, logs and `Debug` output.
 //!
 //! A receiver or broker URL can carry secrets: `https://user:password@host/hook?token=...`,
-//! `nats://user:password@host`. Text a publisher does not write itself (a receiver's response
-//! body, a client library's error message) may repeat them, raw or percent-encoded: a redirect
-//! page that shows the target URL, an error that names the URL it failed on. A [`Redactor`]
-//! holds every spelling of those secrets and replaces each occurrence with `[redacted]` before
-//! the text is stored or logged.
+//! `nats://user:password@host`; so can the headers of a request: the
+//! `Authorization: Basic base64(user:password)` an HTTP client derives from such a URL, a
+//! bearer token or an API key. Text a publisher does not write itself (a receiver's response
+//! body, a client library's error message) may repeat them: a redirect page that shows the
+//! target URL, an error that names the URL it failed on, a debugging receiver that echoes the
+//! request's headers. A [`Redactor`] holds every spelling of those secrets and replaces each
+//! occurrence with `[redacted]` before the text is stored or logged.
+//!
+//! The spellings of a secret: as written; percent-decoded and percent-encoded in the usual
+//! ways; and base64-encoded (standard and URL-safe alphabet, padded or not), also where the
+//! secret is only part of a longer base64-encoded text (a header dump encoded whole), where
+//! its encoding depends on its offset: the characters that only the secret's bytes decide are
+//! found at each of the three offsets. Secrets shorter than 3 bytes get no base64 spelling
+//! (it would be 2 or 3 characters, found in any text), and base64 inside a longer text is
+//! recognised from 6 bytes of the secret on.
 
 /// What replaces a secret.
 const MARK: &str = "[redacted]";
@@ -36,6 +46,30 @@ impl Redactor {
     /// comma-separated list of URLs (as NATS accepts).
     pub fn for_url(url: &str) -> Redactor {
         Redactor::for_secrets(url_secrets(url))
+    }
+
+    /// A redactor for a credential sent as a header's value (`Authorization`, an API key): the
+    /// value as sent; the credential after an authentication scheme (`Bearer <token>`,
+    /// `Basic <base64>`); for `Basic`, the decoded `user:password`, and the user and the
+    /// password each. Every one in every spelling (see the [module docs](self)).
+    pub fn for_header_value(value: &str) -> Redactor {
+        let value = value.trim();
+        let mut secrets = vec![value.to_owned()];
+        if let Some((scheme, credential)) = value.split_once(' ') {
+            let credential = credential.trim();
+            secrets.push(credential.to_owned());
+            if scheme.eq_ignore_ascii_case("basic") {
+                if let Some(decoded) = base64_decode(credential) {
+                    let decoded = String::from_utf8_lossy(&decoded).into_owned();
+                    if let Some((user, password)) = decoded.split_once(':') {
+                        secrets.push(user.to_owned());
+                        secrets.push(password.to_owned());
+                    }
+                    secrets.push(decoded);
+                }
+            }
+        }
+        Redactor::for_secrets(secrets)
     }
 
     /// A redactor for the given secrets (as they appear in a URL: percent-encoded or not).
@@ -256,9 +290,10 @@ fn url_secrets(url: &str) -> Vec<String> {
 }
 
 /// The spellings under which a secret written in a URL can show up in other text: as written,
-/// percent-decoded (with and without `+` as a space), and percent-encoded again in the usual
-/// ways (every byte, or all but unreserved characters; `+` for spaces; upper- and lowercase
-/// hex).
+/// percent-decoded (with and without `+` as a space), percent-encoded again in the usual ways
+/// (every byte, or all but unreserved characters; `+` for spaces; upper- and lowercase hex),
+/// and base64-encoded ([`base64_spellings`]); the encodings both of the written and of the
+/// decoded form.
 fn spellings(written: &str) -> Vec<String> {
     let mut out = vec![
         written.to_owned(),
@@ -267,7 +302,9 @@ fn spellings(written: &str) -> Vec<String> {
     ];
     let decoded = percent_decode(written);
     let form_decoded = percent_decode(&written.replace('+', " "));
-    for plain in [decoded, form_decoded] {
+    // A header's value is the secret as written (a `%` in it is no escape); in a URL, encoding
+    // the written form again is how a URL inside another URL's query shows it.
+    for plain in [written.to_owned(), decoded, form_decoded] {
         for upper in [true, false] {
             out.push(percent_encode(&plain, upper, |_| false));
             out.push(percent_encode(&plain, upper, is_unreserved));
@@ -276,9 +313,98 @@ fn spellings(written: &str) -> Vec<String> {
                 b != b'%' && b.is_ascii_graphic()
             }));
         }
+        out.extend(base64_spellings(plain.as_bytes()));
         out.push(plain);
     }
     out
+}
+
+/// Bytes from which a secret's base64 gets spellings at all (shorter ones encode to 2 or 3
+/// characters, which any text holds).
+const MIN_BASE64_SECRET: usize = 3;
+/// Whole 3-byte groups a secret must fill at an offset for the encoding of those groups to be a
+/// spelling (8 characters and up: shorter runs turn up in unrelated base64).
+const MIN_BASE64_GROUPS: usize = 2;
+
+/// The base64 spellings of `secret`: the whole secret encoded (standard and URL-safe alphabet,
+/// padded and not), and, for each of the three offsets at which it can sit inside a longer
+/// encoded text, the characters that only its bytes decide (the encoding of the whole 3-byte
+/// groups it fills there).
+fn base64_spellings(secret: &[u8]) -> Vec<String> {
+    if secret.len() < MIN_BASE64_SECRET {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for url_safe in [false, true] {
+        let whole = base64_encode(secret, url_safe);
+        out.push(whole.trim_end_matches('=').to_owned());
+        out.push(whole);
+        // At offset 0, 1 or 2 of a group, the secret's first whole group starts at its byte 0,
+        // 2 or 1.
+        for skip in [0, 2, 1] {
+            let groups = secret.len().saturating_sub(skip) / 3;
+            if groups >= MIN_BASE64_GROUPS {
+                out.push(base64_encode(&secret[skip..skip + 3 * groups], url_safe));
+            }
+        }
+    }
+    out
+}
+
+const BASE64_STANDARD: &[u8; 64] =
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// `bytes` in base64 with padding, in the standard alphabet or the URL-safe one (`-`, `_`).
+fn base64_encode(bytes: &[u8], url_safe: bool) -> String {
+    let symbol = |six: u32| {
+        let c = char::from(BASE64_STANDARD[(six & 63) as usize]);
+        match (url_safe, c) {
+            (true, '+') => '-',
+            (true, '/') => '_',
+            _ => c,
+        }
+    };
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        out.push(symbol(n >> 18));
+        out.push(symbol(n >> 12));
+        out.push(if chunk.len() > 1 { symbol(n >> 6) } else { '=' });
+        out.push(if chunk.len() > 2 { symbol(n) } else { '=' });
+    }
+    out
+}
+
+/// `text` decoded from base64 (either alphabet, padding optional); `None` when it is not
+/// base64.
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim_end_matches('=');
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let mut bits: u32 = 0;
+    let mut held = 0;
+    for c in text.bytes() {
+        let six = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            _ => return None,
+        };
+        bits = (bits << 6) | u32::from(six);
+        held += 6;
+        if held >= 8 {
+            held -= 8;
+            out.push((bits >> held) as u8);
+            bits &= (1 << held) - 1;
+        }
+    }
+    Some(out)
 }
 
 fn is_unreserved(b: u8) -> bool {
@@ -353,7 +479,44 @@ fn floor_char_boundary(text: &str, at: usize) -> usize {
 }
 
 #[cfg(test)]
+pub(crate) mod tests_support {
+    //! Encoders of the tests, written apart from the module's own to check them against.
+
+    /// Base64 the slow way, bit by bit: the tests' own encoder, to check the module's against.
+    pub(crate) fn oracle_base64(bytes: &[u8]) -> String {
+        let alphabet: Vec<char> = ('A'..='Z')
+            .chain('a'..='z')
+            .chain('0'..='9')
+            .chain(['+', '/'])
+            .collect();
+        let bits: Vec<u8> = bytes
+            .iter()
+            .flat_map(|b| (0..8).rev().map(move |i| (b >> i) & 1))
+            .collect();
+        let mut out: String = bits
+            .chunks(6)
+            .map(|six| {
+                let v = (0..6).fold(0usize, |v, i| {
+                    (v << 1) | usize::from(*six.get(i).unwrap_or(&0))
+                });
+                alphabet[v]
+            })
+            .collect();
+        while out.len() % 4 != 0 {
+            out.push('=');
+        }
+        out
+    }
+
+    /// Every byte of `text` as `%XX` (uppercase hex).
+    pub(crate) fn percent_encode_all(text: &str) -> String {
+        text.bytes().map(|b| format!("%{b:02X}")).collect()
+    }
+}
+
+#[cfg(test)]
 mod tests {
+    use super::tests_support::oracle_base64;
     use super::*;
     use proptest::prelude::*;
 
@@ -423,6 +586,55 @@ mod tests {
         );
     }
 
+    /// The characters of `encoded` (the base64 of a text in which `secret` starts at byte
+    /// `at`) that only the secret's bytes decide: those of the whole 3-byte groups inside it.
+    fn oracle_core(encoded: &str, at: usize, secret_len: usize) -> &str {
+        let first_group = at.div_ceil(3);
+        let end_group = (at + secret_len) / 3;
+        if end_group < first_group + 2 {
+            return "";
+        }
+        &encoded[4 * first_group..4 * end_group]
+    }
+
+    #[test]
+    fn base64_matches_the_bit_by_bit_encoder_and_decodes_back() {
+        for len in 0..20 {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 37 + 250) as u8).collect();
+            let encoded = base64_encode(&bytes, false);
+            assert_eq!(encoded, oracle_base64(&bytes));
+            assert_eq!(base64_decode(&encoded).unwrap(), bytes);
+            let url_safe = base64_encode(&bytes, true);
+            assert_eq!(url_safe, encoded.replace('+', "-").replace('/', "_"));
+            assert_eq!(
+                base64_decode(url_safe.trim_end_matches('=')).unwrap(),
+                bytes
+            );
+        }
+        assert_eq!(base64_decode("not base64!"), None);
+    }
+
+    #[test]
+    fn a_basic_credential_is_redacted_as_sent_decoded_and_in_parts() {
+        let sent = format!("Basic {}", oracle_base64(b"svc-billing:pa55:w/rd"));
+        let r = Redactor::for_header_value(&sent);
+        let echoed = format!(
+            "authorization: {sent}\nuser=svc-billing pass=pa55:w/rd both=svc-billing:pa55:w/rd enc=pa55%3Aw%2Frd"
+        );
+        let out = r.redact(&echoed);
+        for part in ["svc-billing", "pa55", "w/rd", "w%2Frd", &sent[6..]] {
+            assert!(!out.contains(part), "{part} in {out}");
+        }
+        assert!(out.starts_with("authorization: [redacted]"), "{out}");
+        let bearer = Redactor::for_header_value("Bearer eyJhbGciOi.eyJzdWIi.c2lnbmF0dXJl");
+        assert_eq!(
+            bearer.redact("token eyJhbGciOi.eyJzdWIi.c2lnbmF0dXJl rejected"),
+            "token [redacted] rejected"
+        );
+        let shown = format!("{r:?}");
+        assert!(!shown.contains("svc") && !shown.contains("pa55"), "{shown}");
+    }
+
     fn secret() -> impl Strategy<Value = String> {
         prop_oneof![
             "[a-zA-Z0-9]{1,12}",
@@ -462,6 +674,60 @@ mod tests {
             let out = redactor.redact(&body);
             prop_assert!(!out.contains(&secret), "{:?} in {:?}", secret, out);
             prop_assert!(!out.contains(&written), "{:?} in {:?}", written, out);
+        }
+
+        /// A credential a request carried in a header (`Basic` from a URL's userinfo, a bearer
+        /// token), repeated by a receiver in any of the encodings it could use: raw,
+        /// percent-encoded (either hex case, every byte or all but unreserved, form-style),
+        /// base64 (standard or URL-safe, padded or not), or base64-encoded as part of a longer
+        /// text at any offset. The redacted text holds none of them: not the secret, not its
+        /// encoding, and not the part of a longer encoding that only the secret decides.
+        #[test]
+        fn a_header_credential_is_redacted_in_every_encoding(
+            user in "[!-9;-~]{1,10}",
+            password in "\\PC{3,14}",
+            token in "[A-Za-z0-9._~+/-]{8,40}",
+            before in prop::collection::vec(any::<u8>(), 0..5),
+            after in prop::collection::vec(any::<u8>(), 0..5),
+            noise in "\\PC{0,12}",
+        ) {
+            let credentials = format!("{user}:{password}");
+            let basic = format!("Basic {}", oracle_base64(credentials.as_bytes()));
+            let bearer = format!("Bearer {token}");
+            let redactor = Redactor::for_header_value(&basic).merge(&Redactor::for_header_value(&bearer));
+            let mut secrets = vec![basic.clone(), bearer.clone(), credentials.clone(), password.clone(), token.clone()];
+            if user.len() >= MIN_BASE64_SECRET {
+                secrets.push(user.clone());
+            }
+            for secret in &secrets {
+                let bytes = secret.as_bytes();
+                let mut embedded = before.clone();
+                embedded.extend_from_slice(bytes);
+                embedded.extend_from_slice(&after);
+                let embedded = oracle_base64(&embedded);
+                let whole = oracle_base64(bytes);
+                let encodings = [
+                    secret.clone(),
+                    percent_encode(secret, true, |_| false),
+                    percent_encode(secret, false, is_unreserved),
+                    percent_encode(secret, true, is_unreserved).replace("%20", "+"),
+                    whole.clone(),
+                    whole.trim_end_matches('=').to_owned(),
+                    whole.replace('+', "-").replace('/', "_"),
+                    embedded.clone(),
+                ];
+                for encoding in encodings {
+                    let text = format!("{noise}<{encoding}>{noise}");
+                    let out = redactor.redact(&text);
+                    prop_assert!(!out.contains(secret.as_str()), "{:?} in {:?}", secret, out);
+                    prop_assert!(!out.contains(&whole), "{:?} in {:?}", whole, out);
+                    let core = oracle_core(&embedded, before.len(), bytes.len());
+                    prop_assert!(
+                        core.is_empty() || !out.contains(core),
+                        "{:?} (base64 of {:?} at offset {}) in {:?}", core, secret, before.len(), out
+                    );
+                }
+            }
         }
 
         #[test]
