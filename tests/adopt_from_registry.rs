@@ -13,6 +13,9 @@
 //!   new crate's events into the crate's own `migrations/`; without the documented `use` line it
 //!   refuses, saying how to link the events;
 //! - `outbox migrate` applies it and the service delivers;
+//! - another program enqueues from SQL (`outbox_enqueue`, and a plain `INSERT`), as
+//!   `docs/sql-enqueue.md` says: `outbox doctor` finds every invariant kept and `status` counts
+//!   both events pending;
 //! - the event changed without a version bump: the service refuses before it enqueues, and
 //!   `migrations check` names the drift.
 //!
@@ -407,6 +410,39 @@ async fn a_new_crate_adopts_the_packaged_crates_as_the_docs_say() {
         served.stdout
     );
 
+    // Another program enqueues into the same table from SQL, as docs/sql-enqueue.md says (its
+    // functions come with the packaged crate's base schema), and a plain INSERT by hand gets its
+    // queue row too: `outbox doctor` finds every invariant kept, and `status` counts both as
+    // pending, not delivered.
+    let mut psql = Command::new("psql");
+    psql.arg(&url)
+        .args(["-v", "ON_ERROR_STOP=1", "-qAtc"])
+        .arg(
+            "SELECT outbox_enqueue('outbox', 'billing-sql/1', 'invoice.issued', 1,              '{\"invoice_id\": \"6be25b8a-f769-4180-9ef9-101b587089f8\", \"total_cents\": 7}',              aggregate_id => '6be25b8a-f769-4180-9ef9-101b587089f8');              INSERT INTO outbox (event_id, operation_key, payload_fingerprint, event_type,              event_version, payload) VALUES (gen_random_uuid(), 'by-hand/1', '\\x00',              'invoice.issued', 1, '{\"invoice_id\": \"6be25b8a-f769-4180-9ef9-101b587089f8\",              \"total_cents\": 8}');",
+        );
+    run(psql, RUN_LIMIT, "psql").expect_success("psql");
+    let doctor = outbox(&["doctor"], Some(&url)).expect_success("outbox doctor");
+    assert!(
+        doctor
+            .stdout
+            .contains("ok       every inserted event gets its queue row")
+            && doctor
+                .stdout
+                .contains("ok       no event reads as delivered without having been queued"),
+        "{}",
+        doctor.stdout
+    );
+    let status = outbox(&["status"], Some(&url)).expect_success("outbox status");
+    assert!(
+        status
+            .stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("pending")
+                && l.split_whitespace().nth(1) == Some("2")),
+        "{}",
+        status.stdout
+    );
+
     // The event changes shape without a version bump: the service refuses before it writes.
     let lib = shop.join("src/lib.rs");
     let documented = std::fs::read_to_string(&lib).expect("src/lib.rs");
@@ -429,11 +465,13 @@ async fn a_new_crate_adopts_the_packaged_crates_as_the_docs_say() {
         drifted.stderr
     );
     assert!(!drifted.stdout.contains("enqueued "), "{}", drifted.stdout);
-    let rows: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE event_type = 'invoice.issued'")
-            .fetch_one(service_db.pool())
-            .await
-            .expect("counting events");
+    let rows: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox WHERE event_type = 'invoice.issued'
+             AND operation_key NOT IN ('billing-sql/1', 'by-hand/1')",
+    )
+    .fetch_one(service_db.pool())
+    .await
+    .expect("counting events");
     assert_eq!(rows, 1, "only the event of the run before the change");
     assert_eq!(check.code, Some(1), "{}", check.stderr);
     assert!(
