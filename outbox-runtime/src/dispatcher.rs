@@ -22,7 +22,7 @@ use crate::contract::{DecodeCurrent, EventRegistration};
 use crate::delivery::{Delivery, HandlerError};
 use crate::error::{Error, Result};
 use crate::event::{CurrentEvent, Event};
-use crate::sink::Sink;
+use crate::sink::{HandledEvents, Sink};
 use crate::store::ClaimedEvent;
 
 /// A handler with its event type erased: takes a `Box<E>` (the current version).
@@ -359,6 +359,12 @@ impl Sink for Dispatcher {
         delivery: &'a Delivery,
     ) -> BoxFuture<'a, Result<(), HandlerError>> {
         self.dispatch(event, delivery).boxed()
+    }
+
+    /// Every route: the worker claims only these, and leaves other types and versions pending
+    /// for a worker that has a handler for them.
+    fn handled_events(&self) -> Option<HandledEvents> {
+        Some(HandledEvents::new(self.routes()))
     }
 }
 

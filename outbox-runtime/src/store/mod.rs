@@ -520,13 +520,30 @@ impl Store {
         ordered: bool,
     ) -> Result<ClaimedBatch> {
         let mut session = self.pool.acquire().await?;
-        self.claim_batch_on(&mut session, worker, limit, lease, ordered)
+        self.claim_batch_on(&mut session, worker, limit, lease, ordered, None)
+            .await
+    }
+
+    /// [`Store::claim_batch_outcome`] limited to the events whose stored (name, version) is
+    /// one of `handled`: every other event stays pending, with no attempt charged, for a
+    /// worker that handles it. An empty `handled` claims nothing.
+    pub async fn claim_batch_handled(
+        &self,
+        worker: &str,
+        limit: i64,
+        lease: Duration,
+        ordered: bool,
+        handled: &[(String, u32)],
+    ) -> Result<ClaimedBatch> {
+        let mut session = self.pool.acquire().await?;
+        self.claim_batch_on(&mut session, worker, limit, lease, ordered, Some(handled))
             .await
     }
 
     /// [`Store::claim_batch_outcome`] on a session the caller holds (the worker's claimer keeps
     /// one for its whole run): no pool checkout, so none of the liveness round trips the pool
-    /// adds to each checkout and return.
+    /// adds to each checkout and return. `handled`, when given, limits the claim to those
+    /// stored (name, version) pairs ([`Store::claim_batch_handled`]).
     pub(crate) async fn claim_batch_on(
         &self,
         session: &mut PgConnection,
@@ -534,18 +551,27 @@ impl Store {
         limit: i64,
         lease: Duration,
         ordered: bool,
+        handled: Option<&[(String, u32)]>,
     ) -> Result<ClaimedBatch> {
-        let statement = if ordered {
-            self.sql.claim_batch_ordered
-        } else {
-            self.sql.claim_batch
+        let statement = match (ordered, handled.is_some()) {
+            (false, false) => self.sql.claim_batch,
+            (true, false) => self.sql.claim_batch_ordered,
+            (false, true) => self.sql.claim_batch_handled,
+            (true, true) => self.sql.claim_batch_ordered_handled,
         };
-        let rows = sqlx::query(statement)
+        let mut query = sqlx::query(statement)
             .bind(limit)
             .bind(micros(lease))
-            .bind(worker)
-            .fetch_all(&mut *session)
-            .await?;
+            .bind(worker);
+        if let Some(handled) = handled {
+            // Two arrays of one length, paired by position (unnest in the statement).
+            let (names, versions): (Vec<&str>, Vec<i32>) = handled
+                .iter()
+                .map(|(name, version)| (name.as_str(), i32::try_from(*version).unwrap_or(i32::MAX)))
+                .unzip();
+            query = query.bind(names).bind(versions);
+        }
+        let rows = query.fetch_all(&mut *session).await?;
         let mut batch = ClaimedBatch::default();
         for row in &rows {
             match decode_claimed(row)? {

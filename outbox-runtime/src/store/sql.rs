@@ -45,6 +45,11 @@ pub(crate) const EXISTING_BY_KEY: &str = include_str!("sql/existing_by_key.sql")
 pub(crate) const CLAIM_BATCH: &str = include_str!("sql/claim_batch.sql");
 /// Claim a batch, keeping the order of events within an aggregate.
 pub(crate) const CLAIM_BATCH_ORDERED: &str = include_str!("sql/claim_batch_ordered.sql");
+/// Claim a batch of the events a sink handles (its event names and versions).
+pub(crate) const CLAIM_BATCH_HANDLED: &str = include_str!("sql/claim_batch_handled.sql");
+/// Claim a batch of the events a sink handles, keeping the order within an aggregate.
+pub(crate) const CLAIM_BATCH_ORDERED_HANDLED: &str =
+    include_str!("sql/claim_batch_ordered_handled.sql");
 /// Fenced completion of one claim.
 pub(crate) const COMPLETE: &str = include_str!("sql/complete.sql");
 /// Fenced completion of many claims.
@@ -128,6 +133,8 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("existing_by_key", EXISTING_BY_KEY),
     ("claim_batch", CLAIM_BATCH),
     ("claim_batch_ordered", CLAIM_BATCH_ORDERED),
+    ("claim_batch_handled", CLAIM_BATCH_HANDLED),
+    ("claim_batch_ordered_handled", CLAIM_BATCH_ORDERED_HANDLED),
     ("complete", COMPLETE),
     ("complete_many", COMPLETE_MANY),
     ("complete_many_delete", COMPLETE_MANY_DELETE),
@@ -343,6 +350,8 @@ pub(crate) struct Statements {
     pub existing_by_key: &'static str,
     pub claim_batch: &'static str,
     pub claim_batch_ordered: &'static str,
+    pub claim_batch_handled: &'static str,
+    pub claim_batch_ordered_handled: &'static str,
     pub complete: &'static str,
     pub complete_many: &'static str,
     pub complete_many_delete: &'static str,
@@ -381,6 +390,8 @@ impl Statements {
             existing_by_key: r(EXISTING_BY_KEY),
             claim_batch: r(CLAIM_BATCH),
             claim_batch_ordered: r(CLAIM_BATCH_ORDERED),
+            claim_batch_handled: r(CLAIM_BATCH_HANDLED),
+            claim_batch_ordered_handled: r(CLAIM_BATCH_ORDERED_HANDLED),
             complete: r(COMPLETE),
             complete_many: r(COMPLETE_MANY),
             complete_many_delete: r(COMPLETE_MANY_DELETE),

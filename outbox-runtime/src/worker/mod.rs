@@ -36,6 +36,17 @@
 //! - **No transaction spans a delivery.** The claim commits before the sink is called; the sink
 //!   runs with no connection held by the worker.
 //!
+//! # What a worker claims
+//!
+//! A worker claims only what its sink can deliver ([`Sink::handled_events`]): a
+//! [`crate::Dispatcher`] names every event name and stored version it has a route for, so a
+//! worker of one service leaves another service's events in a shared table alone, and a worker
+//! of an older release leaves the newer versions a newer producer writes. Such an event stays
+//! pending, is never charged an attempt and is never exhausted for want of a handler; it is
+//! delivered once a worker that handles it runs, and `outbox status`, the dashboard and the
+//! `outbox_unhandled_events` gauge show it meanwhile. Publishers take every event (no filter).
+//! See `docs/rolling-deploys.md`.
+//!
 //! # Ordering
 //!
 //! With [`WorkerBuilder::ordered`], an event is claimable only when no earlier event of its
@@ -125,7 +136,7 @@ pub use shutdown::WorkerHandle;
 pub use supervise::WorkerFailure;
 
 use crate::error::{Error, Result};
-use crate::sink::Sink;
+use crate::sink::{HandledEvents, Sink};
 use crate::store::{DEFAULT_TABLE, Store};
 use events::Hook;
 use inflight::InFlight;
@@ -175,6 +186,16 @@ impl Worker {
         // Before anything is claimed: a sink call that can outlast the lease would let a second
         // worker deliver the same event while the first call still runs.
         self.sink.check_lease(self.config.lease)?;
+        // What the sink can deliver, asked once: the claim takes only these events and leaves
+        // the others pending for a worker that handles them (see the module docs).
+        let handled = self.sink.handled_events();
+        if handled.as_ref().is_some_and(HandledEvents::is_empty) {
+            return Err(Error::Config(format!(
+                "worker `{}` has a sink that handles no event (a dispatcher without handlers?), so it would claim nothing: \
+                 register at least one handler, or pass a sink that takes every event",
+                self.config.name
+            )));
+        }
         let table = self.config.table.as_str();
         let store = |pool: &PgPool| {
             if table == DEFAULT_TABLE {
@@ -211,6 +232,7 @@ impl Worker {
             maintenance_store,
             sessions,
             sink: self.sink,
+            handled,
             config: self.config,
             inflight: InFlight::default(),
             pace: Pace::default(),
@@ -459,6 +481,8 @@ pub(crate) struct Shared {
     /// The pools behind the stores above, one per role (see [`sessions`]).
     pub(crate) sessions: Sessions,
     pub(crate) sink: Arc<dyn Sink>,
+    /// What the sink can deliver ([`Sink::handled_events`]); `None`: every event.
+    pub(crate) handled: Option<HandledEvents>,
     pub(crate) config: WorkerConfig,
     pub(crate) inflight: InFlight,
     /// Claim and handler times, which size the prefetch window (see [`pace`]).
