@@ -284,3 +284,126 @@ async fn a_dispatcher_without_handlers_is_refused_at_start() {
         "{error}"
     );
 }
+
+/// The live workers of the default table: (name, what they claim).
+async fn live_workers(pool: &PgPool) -> Vec<(String, Option<serde_json::Value>)> {
+    sqlx::query_as(
+        "SELECT worker, handles FROM outbox_workers
+         WHERE table_name = 'outbox' AND expires_at >= now() ORDER BY worker",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// `outbox status` of the default table, as printed.
+async fn status(url: &str) -> String {
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let exit = outbox_runtime::cli::Outbox::new()
+        .run_with(
+            ["outbox", "status", "--database-url", url],
+            &mut out,
+            &mut err,
+        )
+        .await;
+    assert_eq!(
+        exit,
+        outbox_runtime::cli::Exit::Ok,
+        "{}",
+        String::from_utf8_lossy(&err)
+    );
+    String::from_utf8(out).unwrap()
+}
+
+#[tokio::test]
+async fn an_event_no_running_worker_handles_is_shown_as_waiting_for_a_worker_not_as_failed() {
+    let db = database().await;
+    let pool = db.pool();
+    place_v2(pool, "o1", 1).await;
+    send_invoice(pool, 1).await;
+
+    let seen = Seen::default();
+    let orders = Worker::builder(pool.clone(), orders_dispatcher(&seen))
+        .name("orders-n")
+        .poll_interval(Duration::from_millis(50))
+        .maintenance_interval(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    wait_until(
+        WAIT,
+        "the worker lists itself with what it claims",
+        || async { !live_workers(pool).await.is_empty() },
+    )
+    .await;
+    assert_eq!(
+        live_workers(pool).await,
+        [(
+            "orders-n".to_owned(),
+            Some(serde_json::json!([{"name": "handled.order_placed", "version": 1}]))
+        )]
+    );
+    let store = outbox_runtime::Store::new(pool.clone());
+    let unhandled = store.unhandled_events(1000).await.unwrap();
+    let listed: Vec<(&str, i32, i64, i64)> = unhandled
+        .iter()
+        .map(|u| {
+            (
+                u.event_type.as_str(),
+                u.event_version,
+                u.waiting,
+                u.live_workers,
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("handled.order_placed", 2, 1, 1),
+            ("handled.invoice_sent", 1, 1, 1)
+        ]
+    );
+    let printed = status(&db.url()).await;
+    assert!(
+        printed.contains("no worker handles handled.order_placed v2 since")
+            && printed.contains("no worker handles handled.invoice_sent v1 since")
+            && printed.contains("1 waiting, not failed"),
+        "{printed}"
+    );
+
+    // The other service's worker starts: its events are handled, and the status says so.
+    let invoices = Worker::builder(pool.clone(), invoices_dispatcher(&Seen::default()))
+        .name("invoices")
+        .poll_interval(Duration::from_millis(50))
+        .maintenance_interval(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    wait_until(WAIT, "the invoice is delivered", || async {
+        queue_of(pool, InvoiceSent::NAME, 1).await.is_empty()
+    })
+    .await;
+    let unhandled = store.unhandled_events(1000).await.unwrap();
+    assert_eq!(unhandled.len(), 1, "{unhandled:?}");
+    assert_eq!(
+        (unhandled[0].event_type.as_str(), unhandled[0].event_version),
+        ("handled.order_placed", 2)
+    );
+
+    // A worker that stops leaves the list at once; with none left, every waiting event is
+    // listed, and says that no worker is live.
+    orders.shutdown().await;
+    invoices.shutdown().await;
+    assert!(live_workers(pool).await.is_empty());
+    let printed = status(&db.url()).await;
+    assert!(
+        printed.contains("no worker handles handled.order_placed v2")
+            && printed.contains("no live worker is listed"),
+        "{printed}"
+    );
+    assert_eq!(
+        queue_of(pool, OrderPlaced::NAME, 2).await,
+        [("pending".to_owned(), 0, None)]
+    );
+}

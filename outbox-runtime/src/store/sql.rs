@@ -50,6 +50,13 @@ pub(crate) const CLAIM_BATCH_HANDLED: &str = include_str!("sql/claim_batch_handl
 /// Claim a batch of the events a sink handles, keeping the order within an aggregate.
 pub(crate) const CLAIM_BATCH_ORDERED_HANDLED: &str =
     include_str!("sql/claim_batch_ordered_handled.sql");
+/// The events that wait for a worker: ready pending events no live worker claims.
+pub(crate) const UNHANDLED_EVENTS: &str = include_str!("sql/unhandled_events.sql");
+/// A worker's heartbeat in `outbox_workers` (the shared table names the outbox table as a
+/// value: no template).
+pub(crate) const WORKER_HEARTBEAT: &str = include_str!("sql/worker_heartbeat.sql");
+/// A worker leaves `outbox_workers`.
+pub(crate) const WORKER_LEAVE: &str = include_str!("sql/worker_leave.sql");
 /// Fenced completion of one claim.
 pub(crate) const COMPLETE: &str = include_str!("sql/complete.sql");
 /// Fenced completion of many claims.
@@ -148,6 +155,7 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("recover_expired", RECOVER_EXPIRED),
     ("count_delivered", COUNT_DELIVERED),
     ("gauges", GAUGES),
+    ("unhandled_events", UNHANDLED_EVENTS),
     ("retry_exhausted", RETRY_EXHAUSTED),
     ("retry_exhausted_of_type", RETRY_EXHAUSTED_OF_TYPE),
     ("exhausted_events", EXHAUSTED_EVENTS),
@@ -365,6 +373,7 @@ pub(crate) struct Statements {
     pub recover_expired: &'static str,
     pub count_delivered: &'static str,
     pub gauges: &'static str,
+    pub unhandled_events: &'static str,
     pub retry_exhausted: &'static str,
     pub retry_exhausted_of_type: &'static str,
     pub exhausted_events: &'static str,
@@ -405,6 +414,7 @@ impl Statements {
             recover_expired: r(RECOVER_EXPIRED),
             count_delivered: r(COUNT_DELIVERED),
             gauges: r(GAUGES),
+            unhandled_events: r(UNHANDLED_EVENTS),
             retry_exhausted: r(RETRY_EXHAUSTED),
             retry_exhausted_of_type: r(RETRY_EXHAUSTED_OF_TYPE),
             exhausted_events: r(EXHAUSTED_EVENTS),
@@ -506,8 +516,9 @@ mod tests {
                 .lines()
                 .map(|l| l.split("--").next().unwrap_or(""))
                 .collect();
+            // `outbox_workers` is the one table every outbox table shares.
             assert!(
-                !code.contains("outbox"),
+                !code.replace("outbox_workers", "").contains("outbox"),
                 "{name} names the table `outbox` outside the placeholder"
             );
         }

@@ -19,7 +19,8 @@
 //! One file per part: [`config`] (knobs and defaults), `claimer.rs`, `pace.rs` (how far to
 //! claim ahead of the sink), `executor.rs` (one delivery:
 //! span, panic catching, outcome), `renewer.rs`, `completer.rs`, `maintenance.rs`,
-//! `listener.rs`, `shutdown.rs` (the handle and the drain), `supervise.rs` (a part that panics
+//! `listener.rs`, `roster.rs` (advertises the worker and what it claims in `outbox_workers`),
+//! `shutdown.rs` (the handle and the drain), `supervise.rs` (a part that panics
 //! stops the worker), [`sessions`] (a named pool per role; the claimer and the completer keep
 //! their session between statements, see `held_session.rs`), [`metrics`] and [`events`] (the
 //! test hook).
@@ -113,6 +114,7 @@ mod maintenance;
 pub mod metrics;
 mod pace;
 mod renewer;
+mod roster;
 pub mod sessions;
 mod shutdown;
 mod supervise;

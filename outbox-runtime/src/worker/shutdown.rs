@@ -27,6 +27,7 @@ use super::listener::Listener;
 use super::maintenance::Maintenance;
 use super::metrics::WorkerCounters;
 use super::renewer::Renewer;
+use super::roster::Roster;
 use super::supervise::{WorkerFailure, spawn_part};
 
 /// How long deliveries get to react to a cancelled `lease_lost` token before being abandoned.
@@ -138,6 +139,14 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> WorkerHandle {
             Maintenance::new(Arc::clone(&shared)).run(background.clone()),
         )
     });
+    let roster = spawn_part(
+        &shared,
+        "roster",
+        Roster {
+            shared: Arc::clone(&shared),
+        }
+        .run(shared.claim_stop.clone()),
+    );
     let listener = shared.config.listen.then(|| {
         spawn_part(
             &shared,
@@ -176,6 +185,14 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> WorkerHandle {
         if let Some(l) = listener {
             let _ = l.await;
         }
+        // It leaves outbox_workers now: it claims nothing more.
+        finish_or_abandon(
+            roster,
+            shared.config.shutdown_deadline,
+            &shared.config.name,
+            "leaving outbox_workers",
+        )
+        .await;
         tasks.close();
         // Phase 2: drain under the deadline, then tell the rest to stop, then abandon them.
         if tokio::time::timeout(shared.config.shutdown_deadline, tasks.wait())
