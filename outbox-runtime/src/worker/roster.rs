@@ -39,8 +39,12 @@ impl Roster {
             }
             match self.heartbeat(ttl).await {
                 Ok(()) => advertised = true,
-                Err(e) if missing_table(&e) => {
+                Err(e) if sqlstate(&e).as_deref() == Some("42P01") => {
                     tracing::warn!(worker = %shared.config.name, "the table outbox_workers does not exist, so this worker is not listed as live and `outbox status` cannot tell which events it handles: apply the base schema (outbox_runtime::migrate)");
+                    return;
+                }
+                Err(e) if sqlstate(&e).as_deref() == Some("42501") => {
+                    tracing::warn!(error = %e, worker = %shared.config.name, "this worker's role may not write outbox_workers, so it is not listed as live and `outbox status` cannot tell which events it handles: give it the grants `outbox grants` prints");
                     return;
                 }
                 Err(e) => {
@@ -66,7 +70,10 @@ impl Roster {
     }
 }
 
-/// Whether `error` says a relation does not exist (SQLSTATE 42P01).
-fn missing_table(error: &Error) -> bool {
-    matches!(error, Error::Database(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P01"))
+/// The SQLSTATE of a database error (42P01: no such table; 42501: not allowed).
+fn sqlstate(error: &Error) -> Option<String> {
+    match error {
+        Error::Database(sqlx::Error::Database(db)) => db.code().map(|c| c.into_owned()),
+        _ => None,
+    }
 }
