@@ -80,11 +80,12 @@
 //! written, the worker waits one more shutdown deadline for them and then stops without them;
 //! those events are delivered again once their leases end.
 //!
-//! **A part that panics stops the worker.** If the claimer, completer, renewer, maintenance or
-//! listener panics (a bug, or code they call: a sink's `max_batch`, a metrics recorder, a tracing
-//! subscriber), the same shutdown begins, [`WorkerHandle::failure`] says which part and why, and
-//! [`Worker::run_until`] returns [`crate::error::Error::WorkerFailed`]. A worker missing a part
-//! would look alive while it delivered nothing, or delivered without ever completing.
+//! **A part that panics stops the worker.** If the claimer, completer, renewer, maintenance,
+//! roster or listener panics (a bug, or code they call: a sink's `max_batch`, a metrics
+//! recorder, a tracing subscriber), the same shutdown begins, [`WorkerHandle::failure`] says
+//! which part and why, and [`Worker::run_until`] returns
+//! [`crate::error::Error::WorkerFailed`]. A worker missing a part would look alive while it
+//! delivered nothing, or delivered without ever completing.
 //!
 //! # Example
 //!

@@ -185,14 +185,6 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> WorkerHandle {
         if let Some(l) = listener {
             let _ = l.await;
         }
-        // It leaves outbox_workers now: it claims nothing more.
-        finish_or_abandon(
-            roster,
-            shared.config.shutdown_deadline,
-            &shared.config.name,
-            "leaving outbox_workers",
-        )
-        .await;
         tasks.close();
         // Phase 2: drain under the deadline, then tell the rest to stop, then abandon them.
         if tokio::time::timeout(shared.config.shutdown_deadline, tasks.wait())
@@ -226,6 +218,9 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> WorkerHandle {
             "writing the delivered events' outcomes",
         )
         .await;
+        // The roster left outbox_workers when claiming stopped (it claims nothing more); here
+        // its statement is only waited for, bounded like the others.
+        finish_or_abandon(roster, within, name, "leaving outbox_workers").await;
         background.cancel();
         if let Some(r) = renewer {
             let _ = r.await;
