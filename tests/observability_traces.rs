@@ -417,6 +417,7 @@ async fn the_nats_consumer_continues_the_trace_of_the_delivery() {
         NatsConfig {
             subject_prefix: format!("t{unique}"),
             ack_timeout: Duration::from_secs(5),
+            ..Default::default()
         },
     )
     .unwrap();

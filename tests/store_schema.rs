@@ -449,6 +449,15 @@ fn bind_for<'q>(
         "claim_batch" | "claim_batch_ordered" => {
             q.bind(100_i64).bind(30_000_000_i64).bind("explain")
         }
+        "unhandled_events" => q.bind("outbox").bind(10_000_i64),
+        // A worker that handles one of the table's two event types (every other event is a
+        // `note` it steps over).
+        "claim_batch_handled" | "claim_batch_ordered_handled" => q
+            .bind(100_i64)
+            .bind(30_000_000_i64)
+            .bind("explain")
+            .bind(vec!["order"])
+            .bind(vec![1_i32]),
         "complete" | "release" => q.bind(live).bind(1_i64),
         "exhaust_undecodable" => q.bind(live).bind(1_i64).bind("undecodable payload"),
         "complete_many" | "complete_many_delete" | "completed_earlier" => {
@@ -519,7 +528,15 @@ fn expected_indexes(name: &str) -> &'static [&'static [&'static str]] {
             &["outbox_queue_pkey"],
             &["outbox_pkey"],
         ],
-        "claim_batch_ordered" => &[
+        // The oldest ready pending events in order, their types by the event table's key.
+        "unhandled_events" => &[&["outbox_queue_open_idx"], &["outbox_pkey"]],
+        // The same, and the event table's primary key for the type and version too.
+        "claim_batch_handled" => &[
+            &["outbox_queue_open_idx"],
+            &["outbox_queue_pkey"],
+            &["outbox_pkey"],
+        ],
+        "claim_batch_ordered" | "claim_batch_ordered_handled" => &[
             &["outbox_queue_open_idx"],
             &["outbox_queue_aggregate_idx"],
             &["outbox_queue_pkey"],

@@ -359,7 +359,7 @@ async fn a_process_that_closes_its_producer_wakes_the_workers_before_it_exits() 
 
     let exited = tokio::time::timeout(
         WAIT,
-        tokio::process::Command::new(example_binary("producer_exit"))
+        tokio::process::Command::new(example("producer_exit"))
             .env("DATABASE_URL", db.url())
             .args(["--events", "5", "--close"])
             .output(),

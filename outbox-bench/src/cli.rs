@@ -73,6 +73,11 @@ pub struct Args {
     /// runs with each of them too.
     #[arg(long = "setting", value_parser = crate::drain::DrainSetting::parse)]
     pub settings: Vec<crate::drain::DrainSetting>,
+    /// The drains' sink names the one event it handles (`order.paid` v1), as a dispatcher does,
+    /// so the workers claim through the filtered statements (`claim_batch_handled.sql`)
+    /// instead of the ones for sinks that take every event.
+    #[arg(long)]
+    pub handled_sink: bool,
     /// Serialized payload size in bytes (0: the bare `{"order_id": i}`).
     #[arg(long, default_value_t = 0)]
     pub payload_bytes: usize,

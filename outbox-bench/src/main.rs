@@ -127,6 +127,7 @@ async fn run(args: &Args) -> BenchResult<()> {
     let postgres = db.server_version().await?;
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let shape = PayloadShape::new(args.payload_bytes);
+    sink::name_handled_events(args.handled_sink);
     let runs = args.runs.max(1);
     let mut rows = Vec::new();
 

@@ -7,8 +7,20 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
 
 use futures::future::BoxFuture;
+use outbox_runtime::sink::HandledEvents;
 use outbox_runtime::store::ClaimedEvent;
-use outbox_runtime::{Delivery, HandlerError, Sink};
+use outbox_runtime::{Delivery, Event, HandlerError, Sink};
+
+use crate::event::OrderPaid;
+
+/// Set once from `--handled-sink` at start: every counting sink then names the bench's one
+/// event as the events it handles.
+static NAME_HANDLED_EVENTS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Make every counting sink of this run name the events it handles (`--handled-sink`).
+pub fn name_handled_events(on: bool) {
+    let _ = NAME_HANDLED_EVENTS.set(on);
+}
 
 use crate::event::order_id_of;
 
@@ -52,6 +64,14 @@ impl CountingSink {
 }
 
 impl Sink for CountingSink {
+    fn handled_events(&self) -> Option<HandledEvents> {
+        NAME_HANDLED_EVENTS
+            .get()
+            .copied()
+            .unwrap_or(false)
+            .then(|| HandledEvents::new([(OrderPaid::NAME, OrderPaid::VERSION)]))
+    }
+
     fn deliver<'a>(
         &'a self,
         event: &'a ClaimedEvent,

@@ -5,9 +5,13 @@
 //! [`DispatcherBuilder::build`], which resolves every stored version of each handled event to
 //! the handler's type and rejects conflicts before anything is delivered.
 //!
-//! As a [`Sink`], the dispatcher turns every poison event into a permanent failure, so one bad
-//! row never blocks the queue: an unknown (name, version), a payload that does not decode, and
-//! a handler that panics all return [`HandlerError::permanent`] with the reason.
+//! As a [`Sink`], the dispatcher names the (name, version) pairs it routes
+//! ([`Sink::handled_events`]), so a worker claims only those and leaves every other event
+//! pending for a worker that handles it. What it is handed it delivers or fails permanently,
+//! so one bad row never blocks the queue: a payload that does not decode, a handler that
+//! panics, and an unknown (name, version) (reached only by calling [`Dispatcher::dispatch`]
+//! directly, or from a worker whose sink wraps the dispatcher without naming its events) all
+//! return [`HandlerError::permanent`] with the reason.
 
 use std::any::{Any, TypeId};
 use std::collections::{BTreeMap, HashMap};
@@ -22,7 +26,7 @@ use crate::contract::{DecodeCurrent, EventRegistration};
 use crate::delivery::{Delivery, HandlerError};
 use crate::error::{Error, Result};
 use crate::event::{CurrentEvent, Event};
-use crate::sink::Sink;
+use crate::sink::{HandledEvents, Sink};
 use crate::store::ClaimedEvent;
 
 /// A handler with its event type erased: takes a `Box<E>` (the current version).
@@ -176,8 +180,8 @@ impl DispatcherBuilder {
     /// Fails, naming the types involved, when two handlers handle one event, when two types
     /// claim the same (name, version) of a handled event, or when a version of a handled event
     /// does not upcast to the handler's type (two current versions: the older one must declare
-    /// `upcast`). Events this dispatcher does not handle are not checked: their rows fail
-    /// permanently as unknown.
+    /// `upcast`). Events this dispatcher does not handle are not checked: a worker does not
+    /// claim them (see [`Sink::handled_events`]).
     pub fn build(self) -> Result<Dispatcher> {
         let mut handlers: BTreeMap<&'static str, HandlerEntry> = BTreeMap::new();
         for entry in self.handlers {
@@ -359,6 +363,12 @@ impl Sink for Dispatcher {
         delivery: &'a Delivery,
     ) -> BoxFuture<'a, Result<(), HandlerError>> {
         self.dispatch(event, delivery).boxed()
+    }
+
+    /// Every route: the worker claims only these, and leaves other types and versions pending
+    /// for a worker that has a handler for them.
+    fn handled_events(&self) -> Option<HandledEvents> {
+        Some(HandledEvents::new(self.routes()))
     }
 }
 

@@ -18,7 +18,7 @@ pub const MIGRATIONS_TABLE: &str = "_outbox_migrations";
 /// Base migrations this version does not know are ignored: they were applied by a newer
 /// release of the library, and during a rolling deploy the processes of the earlier release
 /// still start (and call this) after the first process of the newer one migrated. Every base
-/// migration keeps the earlier release working (expand before contract: docs/fleet-deploys.md
+/// migration keeps the earlier release working (expand before contract: docs/rolling-deploys.md
 /// and the upgrade notes of each migration); a version it does know that differs from what it
 /// applied is still refused.
 pub async fn migrate(pool: &PgPool) -> crate::error::Result<()> {

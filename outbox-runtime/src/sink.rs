@@ -24,6 +24,17 @@ pub trait Sink: Send + Sync + 'static {
         Ok(())
     }
 
+    /// The stored events this sink can deliver, or `None` (the default) when it takes any event
+    /// (a publisher forwards every type and version).
+    ///
+    /// A worker claims only the events named here: an event of another type or version is
+    /// left pending for a worker that handles it, never charged an attempt and never exhausted
+    /// for it (see `docs/rolling-deploys.md`). The [`crate::Dispatcher`] names every (name,
+    /// version) it has a route for, upcasts included.
+    fn handled_events(&self) -> Option<HandledEvents> {
+        None
+    }
+
     /// The largest batch [`Sink::deliver_batch`] accepts; 1 (the default) means no batch API.
     fn max_batch(&self) -> usize {
         1
@@ -66,6 +77,10 @@ impl<S: Sink + ?Sized> Sink for std::sync::Arc<S> {
         (**self).check_lease(lease)
     }
 
+    fn handled_events(&self) -> Option<HandledEvents> {
+        (**self).handled_events()
+    }
+
     fn max_batch(&self) -> usize {
         (**self).max_batch()
     }
@@ -75,5 +90,65 @@ impl<S: Sink + ?Sized> Sink for std::sync::Arc<S> {
         items: &'a [(ClaimedEvent, Delivery)],
     ) -> BoxFuture<'a, Vec<Result<(), HandlerError>>> {
         (**self).deliver_batch(items)
+    }
+}
+
+/// The stored (event name, version) pairs a sink can deliver ([`Sink::handled_events`]): what
+/// a worker claims, and what it advertises as handled to `outbox status` and the dashboard.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HandledEvents {
+    /// Sorted and without duplicates.
+    pairs: Vec<(String, u32)>,
+}
+
+impl HandledEvents {
+    /// The given (name, version) pairs, in any order, duplicates allowed.
+    pub fn new<N: Into<String>>(pairs: impl IntoIterator<Item = (N, u32)>) -> Self {
+        let mut pairs: Vec<(String, u32)> = pairs.into_iter().map(|(n, v)| (n.into(), v)).collect();
+        pairs.sort();
+        pairs.dedup();
+        HandledEvents { pairs }
+    }
+
+    /// Every (name, version), sorted.
+    pub fn pairs(&self) -> &[(String, u32)] {
+        &self.pairs
+    }
+
+    /// Whether the stored (name, version) is handled.
+    pub fn contains(&self, name: &str, version: u32) -> bool {
+        self.pairs
+            .binary_search_by(|(n, v)| (n.as_str(), *v).cmp(&(name, version)))
+            .is_ok()
+    }
+
+    /// Whether nothing at all is handled.
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+
+    /// The pairs both sets handle (a fan-out delivers an event only when every member can).
+    pub fn intersection(&self, other: &HandledEvents) -> HandledEvents {
+        HandledEvents {
+            pairs: self
+                .pairs
+                .iter()
+                .filter(|(n, v)| other.contains(n, *v))
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+impl std::fmt::Display for HandledEvents {
+    /// `order.placed v1, order.placed v2, invoice.sent v1`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (name, version)) in self.pairs.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{} v{version}", crate::contract::shown(name))?;
+        }
+        Ok(())
     }
 }

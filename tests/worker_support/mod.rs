@@ -404,75 +404,79 @@ pub async fn wait_event(
 // ---------------------------------------------------------------------------------------------
 // The worker process (examples/crash_target.rs)
 
-/// The `crash_target` binary (see [`example_binary`]).
+/// The `crash_target` binary (see [`example`]).
 pub fn crash_target() -> PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| example_binary("crash_target")).clone()
+    example("crash_target")
 }
 
-/// The binary of `examples/<name>.rs`, with the same profile and target directory as the
-/// tests (`cargo test` builds examples, but a filtered run may not have); built here only when
-/// it is missing.
-pub fn example_binary(name: &str) -> PathBuf {
-    // <target>/<profile>/deps/<test binary>
-    let exe = std::env::current_exe().expect("test binary path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("test binary lives in <target>/<profile>/deps");
-    let target_dir = profile_dir
-        .parent()
-        .expect("profile directory has a parent");
-    let profile = profile_dir
-        .file_name()
-        .and_then(|p| p.to_str())
-        .unwrap_or("debug");
-    let path = profile_dir.join("examples").join(name);
-    // `cargo test --workspace` builds examples before running tests, so the binary is
-    // there and fresh. A filtered run should name it too
-    // (`cargo test --test crash_faults --example crash_target`); only a missing binary is
-    // built here, because a nested cargo sees different environment variables and would
-    // rebuild dependencies back and forth with the outer one.
-    let fresh = path.is_file();
-    if !fresh {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
-        // `test` is the profile `cargo test` builds examples with, so its work is reused.
-        let cargo_profile = if profile == "debug" { "test" } else { profile };
-        let mut build = Command::new(cargo);
-        build
-            .args([
-                "build",
-                "--example",
-                name,
-                "--manifest-path",
-                manifest,
-                "--profile",
-                cargo_profile,
-            ])
-            .env("CARGO_TARGET_DIR", target_dir);
-        // The variables cargo sets for a running test would change build fingerprints and
-        // make the nested build recompile dependencies.
-        for (key, _) in std::env::vars_os() {
-            let key = key.to_string_lossy().into_owned();
-            if (key.starts_with("CARGO_") && key != "CARGO_HOME")
-                || key == "OUT_DIR"
-                || key.starts_with("RUST_TEST")
-            {
-                build.env_remove(&key);
+/// The binary of `examples/<name>.rs`, found (and built when missing) like [`crash_target`].
+pub fn example(name: &str) -> PathBuf {
+    static PATHS: OnceLock<Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
+    let mut paths = PATHS.get_or_init(Default::default).lock().unwrap();
+    paths
+        .entry(name.to_owned())
+        .or_insert_with(|| {
+            // <target>/<profile>/deps/<test binary>
+            let exe = std::env::current_exe().expect("test binary path");
+            let profile_dir = exe
+                .parent()
+                .and_then(|deps| deps.parent())
+                .expect("test binary lives in <target>/<profile>/deps");
+            let target_dir = profile_dir
+                .parent()
+                .expect("profile directory has a parent");
+            let profile = profile_dir
+                .file_name()
+                .and_then(|p| p.to_str())
+                .unwrap_or("debug");
+            let path = profile_dir.join("examples").join(name);
+            // `cargo test --workspace` builds examples before running tests, so the binary is
+            // there and fresh. A filtered run should name it too
+            // (`cargo test --test crash_faults --example crash_target`); only a missing binary is
+            // built here, because a nested cargo sees different environment variables and would
+            // rebuild dependencies back and forth with the outer one.
+            let fresh = path.is_file();
+            if !fresh {
+                let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+                let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+                // `test` is the profile `cargo test` builds examples with, so its work is reused.
+                let cargo_profile = if profile == "debug" { "test" } else { profile };
+                let mut build = Command::new(cargo);
+                build
+                    .args([
+                        "build",
+                        "--example",
+                        name,
+                        "--manifest-path",
+                        manifest,
+                        "--profile",
+                        cargo_profile,
+                    ])
+                    .env("CARGO_TARGET_DIR", target_dir);
+                // The variables cargo sets for a running test would change build fingerprints and
+                // make the nested build recompile dependencies.
+                for (key, _) in std::env::vars_os() {
+                    let key = key.to_string_lossy().into_owned();
+                    if (key.starts_with("CARGO_") && key != "CARGO_HOME")
+                        || key == "OUT_DIR"
+                        || key.starts_with("RUST_TEST")
+                    {
+                        build.env_remove(&key);
+                    }
+                }
+                let status = build
+                    .status()
+                    .unwrap_or_else(|e| panic!("running cargo to build examples/{name}.rs: {e}"));
+                assert!(status.success(), "building examples/{name}.rs failed");
             }
-        }
-        let status = build
-            .status()
-            .unwrap_or_else(|e| panic!("running cargo to build examples/{name}.rs: {e}"));
-        assert!(status.success(), "building examples/{name}.rs failed");
-    }
-    assert!(
-        path.is_file(),
-        "examples/{name} is not at {}",
-        path.display()
-    );
-    path
+            assert!(
+                path.is_file(),
+                "examples/{name} is not at {}",
+                path.display()
+            );
+            path
+        })
+        .clone()
 }
 
 /// A running `crash_target` process.
@@ -489,7 +493,17 @@ impl WorkerProcess {
     /// Start a worker process named `name` against `url`, with extra `args`
     /// (see `examples/crash_target.rs --help`).
     pub fn spawn(url: &str, name: &str, args: &[&str]) -> WorkerProcess {
-        let mut child = Command::new(crash_target())
+        WorkerProcess::spawn_example("crash_target", url, name, args)
+    }
+
+    /// Start `examples/<example>.rs` named `name` against `url`, with extra `args`.
+    pub fn spawn_example(
+        example_name: &str,
+        url: &str,
+        name: &str,
+        args: &[&str],
+    ) -> WorkerProcess {
+        let mut child = Command::new(example(example_name))
             .env("DATABASE_URL", url)
             .env(
                 "RUST_LOG",
@@ -500,7 +514,7 @@ impl WorkerProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("spawning examples/crash_target");
+            .unwrap_or_else(|e| panic!("spawning examples/{example_name}: {e}"));
         let output = Arc::new(Mutex::new(Vec::new()));
         let stdout = child.stdout.take().expect("piped stdout");
         let sink = Arc::clone(&output);

@@ -16,7 +16,7 @@ use super::args::{Cli, Command, Folder, Migrations};
 use super::duration::format_duration;
 use crate::contract::shown;
 use crate::generate::{self, CompiledEvent, GenerateError, LOCK_FILE};
-use crate::store::{DEFAULT_TABLE, ExhaustedEvent, Stats, Store};
+use crate::store::{DEFAULT_TABLE, ExhaustedEvent, Stats, Store, UnhandledEvents};
 
 /// What a command runs with.
 pub(crate) struct Context<'a> {
@@ -397,11 +397,17 @@ async fn status(
         let failed = |e| table_failure(table, &known, e);
         let stats = store.stats().await.map_err(failed)?;
         let exhausted = store.exhausted_events(limit).await.map_err(failed)?;
-        reports.push((table.as_str(), stats, exhausted));
+        // Shown when it can be read: a base schema older than outbox_workers has no list of
+        // live workers, which leaves the rest of the status as it was.
+        let unhandled = store
+            .unhandled_events(UNHANDLED_LOOKED_AT)
+            .await
+            .unwrap_or_default();
+        reports.push((table.as_str(), stats, exhausted, unhandled));
     }
     if json {
         let value = serde_json::json!({
-            "tables": reports.iter().map(|(t, s, e)| status_json(t, s, e)).collect::<Vec<_>>()
+            "tables": reports.iter().map(|(t, s, e, u)| status_json(t, s, e, u)).collect::<Vec<_>>()
         });
         let _ = writeln!(
             cx.out,
@@ -409,18 +415,34 @@ async fn status(
             serde_json::to_string_pretty(&value).expect("JSON serializes")
         );
     } else {
-        for (i, (table, stats, exhausted)) in reports.iter().enumerate() {
+        for (i, (table, stats, exhausted, unhandled)) in reports.iter().enumerate() {
             if i > 0 {
                 let _ = writeln!(cx.out);
             }
             let _ = write!(cx.out, "{}", status_table(table, stats, exhausted));
+            let _ = write!(cx.out, "{}", unhandled_lines(unhandled));
         }
     }
     Ok(Exit::Ok)
 }
 
-fn status_json(table: &str, stats: &Stats, exhausted: &[ExhaustedEvent]) -> serde_json::Value {
+/// The oldest ready pending events `status` looks at for events no worker handles.
+const UNHANDLED_LOOKED_AT: i64 = 10_000;
+
+fn status_json(
+    table: &str,
+    stats: &Stats,
+    exhausted: &[ExhaustedEvent],
+    unhandled: &[UnhandledEvents],
+) -> serde_json::Value {
     serde_json::json!({
+        "unhandled": unhandled.iter().map(|u| serde_json::json!({
+            "event_type": u.event_type,
+            "event_version": u.event_version,
+            "waiting": u.waiting,
+            "since": u.since,
+            "live_workers": u.live_workers,
+        })).collect::<Vec<_>>(),
         "table": table,
         "pending": stats.pending,
         "processing": stats.processing,
@@ -438,6 +460,28 @@ fn status_json(table: &str, stats: &Stats, exhausted: &[ExhaustedEvent]) -> serd
             "exhausted_at": e.updated_at,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// The events that wait because no running worker handles them, one line per type and
+/// version ("no worker handles order.confirmed v3 since ..."), or nothing.
+fn unhandled_lines(unhandled: &[UnhandledEvents]) -> String {
+    let mut s = String::new();
+    for u in unhandled {
+        let workers = if u.live_workers == 0 {
+            " (no live worker is listed in outbox_workers)"
+        } else {
+            ""
+        };
+        s.push_str(&format!(
+            "  no worker handles {} v{} since {} ({} ago): {} waiting, not failed; deploy a worker that handles it{workers}\n",
+            terminal_safe(&u.event_type),
+            u.event_version,
+            u.since.format("%Y-%m-%d %H:%M:%S UTC"),
+            format_duration(u.age),
+            u.waiting,
+        ));
+    }
+    s
 }
 
 /// The people's view of one table.

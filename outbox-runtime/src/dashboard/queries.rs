@@ -67,12 +67,32 @@ pub struct TableOverview {
     pub exhausted: i64,
     /// How long the oldest pending event has been ready to claim, in seconds.
     pub oldest_pending_age_seconds: Option<f64>,
+    /// Events that wait because no live worker handles their type and version (a missing
+    /// deploy, not a failure), oldest first; empty when every waiting event has a worker or the
+    /// base schema has no `outbox_workers` yet.
+    pub unhandled: Vec<UnhandledRow>,
     /// The last hour's enqueues, minute by minute, oldest first.
     pub last_hour: Vec<Minute>,
     /// The [`LATEST_FAILURES`] most recently changed failing or exhausted events: the "why"
     /// next to the numbers.
     pub latest_failures: Vec<FailureRow>,
 }
+
+/// Events of one type and version that no live worker handles ([`Store::unhandled_events`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UnhandledRow {
+    /// Stored event name.
+    pub event_type: String,
+    /// Stored event version.
+    pub event_version: i32,
+    /// How many wait (among the oldest ready pending events looked at).
+    pub waiting: i64,
+    /// Since when the oldest of them could have been claimed.
+    pub since: DateTime<Utc>,
+}
+
+/// The oldest ready pending events the overview looks at for events no worker handles.
+pub const UNHANDLED_LOOKED_AT: i64 = 10_000;
 
 /// How many failing or exhausted events the overview lists per table.
 pub const LATEST_FAILURES: i64 = 5;
@@ -124,7 +144,20 @@ pub async fn overview(pool: &PgPool, table: &str) -> Result<TableOverview> {
         ..FailureFilter::default()
     };
     let latest_failures = failures(pool, table, &latest).await?;
+    let unhandled = store
+        .unhandled_events(UNHANDLED_LOOKED_AT)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(|u| UnhandledRow {
+            event_type: u.event_type,
+            event_version: u.event_version,
+            waiting: u.waiting,
+            since: u.since,
+        })
+        .collect();
     Ok(TableOverview {
+        unhandled,
         table: table.to_owned(),
         pending: gauges.pending,
         processing: gauges.processing,

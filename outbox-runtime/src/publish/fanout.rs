@@ -56,6 +56,15 @@ impl FanOut {
 }
 
 impl Sink for FanOut {
+    /// What every member can deliver: a member that names its events (a dispatcher) limits
+    /// the fan-out to them; publishers, which take any event, limit nothing.
+    fn handled_events(&self) -> Option<crate::sink::HandledEvents> {
+        self.members
+            .iter()
+            .filter_map(|(_, member)| member.handled_events())
+            .reduce(|all, one| all.intersection(&one))
+    }
+
     fn check_lease(&self, lease: std::time::Duration) -> crate::error::Result<()> {
         self.members
             .iter()

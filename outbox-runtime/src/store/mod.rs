@@ -454,6 +454,24 @@ fn decode_claimed(row: &sqlx::postgres::PgRow) -> Result<DecodedRow> {
     }
 }
 
+/// Events of one type and version that no live worker of the table claims
+/// ([`Store::unhandled_events`]): a missing deploy, not a failure.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnhandledEvents {
+    /// Stored event name.
+    pub event_type: String,
+    /// Stored event version.
+    pub event_version: i32,
+    /// How many of them wait (among the oldest ready pending events looked at).
+    pub waiting: i64,
+    /// Since when the oldest of them could have been claimed (database clock).
+    pub since: DateTime<Utc>,
+    /// How long ago `since` was, by the database clock.
+    pub age: Duration,
+    /// The live workers of the table (0: none advertises itself, see `docs/rolling-deploys.md`).
+    pub live_workers: i64,
+}
+
 /// Handle on one outbox table. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Store {
@@ -534,13 +552,30 @@ impl Store {
         ordered: bool,
     ) -> Result<ClaimedBatch> {
         let mut session = self.pool.acquire().await?;
-        self.claim_batch_on(&mut session, worker, limit, lease, ordered)
+        self.claim_batch_on(&mut session, worker, limit, lease, ordered, None)
+            .await
+    }
+
+    /// [`Store::claim_batch_outcome`] limited to the events whose stored (name, version) is
+    /// one of `handled`: every other event stays pending, with no attempt charged, for a
+    /// worker that handles it. An empty `handled` claims nothing.
+    pub async fn claim_batch_handled(
+        &self,
+        worker: &str,
+        limit: i64,
+        lease: Duration,
+        ordered: bool,
+        handled: &[(String, u32)],
+    ) -> Result<ClaimedBatch> {
+        let mut session = self.pool.acquire().await?;
+        self.claim_batch_on(&mut session, worker, limit, lease, ordered, Some(handled))
             .await
     }
 
     /// [`Store::claim_batch_outcome`] on a session the caller holds (the worker's claimer keeps
     /// one for its whole run): no pool checkout, so none of the liveness round trips the pool
-    /// adds to each checkout and return.
+    /// adds to each checkout and return. `handled`, when given, limits the claim to those
+    /// stored (name, version) pairs ([`Store::claim_batch_handled`]).
     pub(crate) async fn claim_batch_on(
         &self,
         session: &mut PgConnection,
@@ -548,18 +583,27 @@ impl Store {
         limit: i64,
         lease: Duration,
         ordered: bool,
+        handled: Option<&[(String, u32)]>,
     ) -> Result<ClaimedBatch> {
-        let statement = if ordered {
-            self.sql.claim_batch_ordered
-        } else {
-            self.sql.claim_batch
+        let statement = match (ordered, handled.is_some()) {
+            (false, false) => self.sql.claim_batch,
+            (true, false) => self.sql.claim_batch_ordered,
+            (false, true) => self.sql.claim_batch_handled,
+            (true, true) => self.sql.claim_batch_ordered_handled,
         };
-        let rows = sqlx::query(statement)
+        let mut query = sqlx::query(statement)
             .bind(limit)
             .bind(micros(lease))
-            .bind(worker)
-            .fetch_all(&mut *session)
-            .await?;
+            .bind(worker);
+        if let Some(handled) = handled {
+            // Two arrays of one length, paired by position (unnest in the statement).
+            let (names, versions): (Vec<&str>, Vec<i32>) = handled
+                .iter()
+                .map(|(name, version)| (name.as_str(), i32::try_from(*version).unwrap_or(i32::MAX)))
+                .unzip();
+            query = query.bind(names).bind(versions);
+        }
+        let rows = query.fetch_all(&mut *session).await?;
         let mut batch = ClaimedBatch::default();
         for row in &rows {
             match decode_claimed(row)? {
@@ -603,6 +647,66 @@ impl Store {
             Ok(Ownership::Lost) => UndecodableOutcome::Lost,
             Err(e) => UndecodableOutcome::NotRecorded(e.to_string()),
         }
+    }
+
+    /// Advertise `worker` in `outbox_workers` as a live worker of this table that claims
+    /// `handles` (`None`: every event) for `ttl` from now, and drop the table's workers whose
+    /// time ran out. Called at start and every maintenance interval by each worker.
+    pub async fn heartbeat(
+        &self,
+        worker: &str,
+        handles: Option<&[(String, u32)]>,
+        ttl: Duration,
+    ) -> Result<()> {
+        let handles = handles.map(|pairs| {
+            serde_json::Value::Array(
+                pairs
+                    .iter()
+                    .map(|(name, version)| serde_json::json!({"name": name, "version": version}))
+                    .collect(),
+            )
+        });
+        sqlx::query(sql::WORKER_HEARTBEAT)
+            .bind(&self.table)
+            .bind(worker)
+            .bind(handles)
+            .bind(micros(ttl))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Remove `worker` from this table's live workers (it stopped claiming).
+    pub async fn leave(&self, worker: &str) -> Result<()> {
+        sqlx::query(sql::WORKER_LEAVE)
+            .bind(&self.table)
+            .bind(worker)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The ready pending events that no live worker of this table claims, per stored type and
+    /// version, oldest first, among the `limit` oldest ready pending events (an event nobody
+    /// claims stays at the head of the queue). Empty when every waiting event has a worker.
+    pub async fn unhandled_events(&self, limit: i64) -> Result<Vec<UnhandledEvents>> {
+        let rows = sqlx::query(self.sql.unhandled_events)
+            .bind(&self.table)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(UnhandledEvents {
+                    event_type: row.try_get("event_type")?,
+                    event_version: row.try_get("event_version")?,
+                    waiting: row.try_get("waiting")?,
+                    since: row.try_get("since")?,
+                    age: seconds(row.try_get("age_seconds")?),
+                    live_workers: row.try_get("live_workers")?,
+                })
+            })
+            .collect()
     }
 
     /// Mark one claimed event delivered (its queue row is deleted; the event stays until the

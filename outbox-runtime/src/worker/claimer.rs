@@ -157,6 +157,7 @@ impl Claimer {
                     limit,
                     config.lease,
                     config.ordered,
+                    shared.handled.as_ref().map(|h| h.pairs()),
                 )
                 .await;
             if !session.check_in(checkout, &claimed) {

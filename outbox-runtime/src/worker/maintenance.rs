@@ -8,6 +8,7 @@
 //! per tick), and a batch that fails is halved for the next try, so a slow database is not
 //! hammered with statements that time out.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use rand::Rng;
@@ -36,6 +37,9 @@ const STILL_LEADING: &str = "SELECT 1";
 
 /// Statements of each kind per tick at most: the rest waits for the next tick.
 const ROUNDS_PER_TICK: u32 = 10;
+/// The oldest ready pending events looked at for `outbox_unhandled_events` (an event nobody
+/// claims stays at the head of the queue; see store/sql/unhandled_events.sql).
+const UNHANDLED_LOOKED_AT: i64 = 10_000;
 /// A batch never shrinks below this.
 const MIN_BATCH: i64 = 10;
 
@@ -66,6 +70,9 @@ pub(crate) struct Maintenance {
     batch: i64,
     /// Set once the leader found it may not vacuum the table (warned once, not retried).
     vacuum_refused: bool,
+    /// The (type, version) series of `outbox_unhandled_events` last published, to set back to
+    /// zero once a worker claims them.
+    unhandled: HashSet<(String, i32)>,
 }
 
 impl Maintenance {
@@ -78,6 +85,7 @@ impl Maintenance {
             lock_key: None,
             batch,
             vacuum_refused: false,
+            unhandled: HashSet::new(),
         }
     }
 
@@ -165,12 +173,46 @@ impl Maintenance {
         }
         let gauges = store.gauges().await?;
         shared.counters.gauges(&gauges);
+        self.publish_unhandled().await;
         shared.hook.emit(|| WorkerEvent::MaintenanceRan {
             requeued: counts.requeued,
             exhausted: counts.exhausted,
             purged: counts.purged,
         });
         Ok(counts)
+    }
+
+    /// Publish the events no live worker claims (`outbox_unhandled_events`), and log each type
+    /// and version once when it starts waiting. A failure (a base schema without
+    /// outbox_workers) costs the gauge, not the pass.
+    async fn publish_unhandled(&mut self) {
+        let shared = Arc::clone(&self.shared);
+        match shared
+            .maintenance_store
+            .unhandled_events(UNHANDLED_LOOKED_AT)
+            .await
+        {
+            Ok(now) => {
+                for u in now.iter().filter(|u| {
+                    !self
+                        .unhandled
+                        .contains(&(u.event_type.clone(), u.event_version))
+                }) {
+                    tracing::warn!(
+                        table = %shared.config.table,
+                        event_type = %u.event_type,
+                        event_version = u.event_version,
+                        waiting = u.waiting,
+                        since = %u.since,
+                        "no running worker handles these events: they wait, uncharged, until a worker that handles them is deployed"
+                    );
+                }
+                self.unhandled = shared.counters.unhandled(&now, &self.unhandled);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the events no worker handles failed")
+            }
+        }
     }
 
     /// Vacuum the event table and its queue table, each once its dead rows piled up (on the

@@ -16,14 +16,14 @@
 //! buckets ([`SECONDS_BUCKETS`], [`ATTEMPTS_BUCKETS`]) so they render as Prometheus histograms
 //! rather than summaries; see `docs/observability.md`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use metrics::{Histogram, Key, Label, Level, Metadata};
 
-use crate::store::QueueGauges;
+use crate::store::{QueueGauges, UnhandledEvents};
 
 /// Events delivered and completed (the completion was accepted).
 pub const DELIVERED_TOTAL: &str = "outbox_delivered_total";
@@ -64,6 +64,14 @@ pub const PROCESSING: &str = "outbox_processing";
 pub const EXHAUSTED: &str = "outbox_exhausted";
 /// Age of the oldest pending row, by the database clock.
 pub const OLDEST_PENDING_AGE_SECONDS: &str = "outbox_oldest_pending_age_seconds";
+/// Ready pending events that no live worker of the table claims (its type or version has no
+/// handler in any running worker: a missing deploy, not a failure). Labels `table`,
+/// `event_type`, `event_version`; published by the maintenance leader, set back to 0 once a
+/// worker claims them. See `docs/rolling-deploys.md`.
+pub const UNHANDLED_EVENTS: &str = "outbox_unhandled_events";
+/// How long the oldest of those events has waited for a worker, by the database clock. Labels
+/// as [`UNHANDLED_EVENTS`].
+pub const UNHANDLED_AGE_SECONDS: &str = "outbox_unhandled_age_seconds";
 /// Every gauge above, each registered at zero (with its `table` label) when a worker starts.
 pub const GAUGES: &[&str] = &[PENDING, PROCESSING, EXHAUSTED, OLDEST_PENDING_AGE_SECONDS];
 
@@ -129,6 +137,15 @@ pub fn describe() {
     describe_gauge!(
         PENDING,
         "Rows waiting to be claimed (maintenance leader only)."
+    );
+    describe_gauge!(
+        UNHANDLED_EVENTS,
+        "Ready pending events of a type and version no live worker claims (maintenance leader only)."
+    );
+    describe_gauge!(
+        UNHANDLED_AGE_SECONDS,
+        Unit::Seconds,
+        "How long the oldest event of a type and version no live worker claims has waited (maintenance leader only)."
     );
     describe_gauge!(
         PROCESSING,
@@ -343,6 +360,39 @@ impl Counters {
     }
     pub(crate) fn panicked(&self) {
         self.panics.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Publish the events no live worker claims, per type and version, and set the series of
+    /// the `before` ones that are gone back to zero; returns the labels now published (called by
+    /// the maintenance leader).
+    pub(crate) fn unhandled(
+        &self,
+        now: &[UnhandledEvents],
+        before: &HashSet<(String, i32)>,
+    ) -> HashSet<(String, i32)> {
+        let set = |event_type: &str, version: i32, waiting: f64, age: f64| {
+            let labels = [
+                ("table", self.table.clone()),
+                ("event_type", event_type.to_owned()),
+                ("event_version", version.to_string()),
+            ];
+            metrics::gauge!(UNHANDLED_EVENTS, &labels).set(waiting);
+            metrics::gauge!(UNHANDLED_AGE_SECONDS, &labels).set(age);
+        };
+        let mut published = HashSet::new();
+        for u in now {
+            set(
+                &u.event_type,
+                u.event_version,
+                u.waiting as f64,
+                u.age.as_secs_f64(),
+            );
+            published.insert((u.event_type.clone(), u.event_version));
+        }
+        for (event_type, version) in before.difference(&published) {
+            set(event_type, *version, 0.0, 0.0);
+        }
+        published
     }
 
     /// Publish the queue gauges (called by the maintenance leader).

@@ -19,7 +19,8 @@
 //! One file per part: [`config`] (knobs and defaults), `claimer.rs`, `pace.rs` (how far to
 //! claim ahead of the sink), `executor.rs` (one delivery:
 //! span, panic catching, outcome), `renewer.rs`, `completer.rs`, `maintenance.rs`,
-//! `listener.rs`, `shutdown.rs` (the handle and the drain), `supervise.rs` (a part that panics
+//! `listener.rs`, `roster.rs` (advertises the worker and what it claims in `outbox_workers`),
+//! `shutdown.rs` (the handle and the drain), `supervise.rs` (a part that panics
 //! stops the worker), [`sessions`] (a named pool per role; the claimer and the completer keep
 //! their session between statements, see `held_session.rs`), [`metrics`] and [`events`] (the
 //! test hook).
@@ -35,6 +36,17 @@
 //!   `outbox_stale_completions_total` and logged.
 //! - **No transaction spans a delivery.** The claim commits before the sink is called; the sink
 //!   runs with no connection held by the worker.
+//!
+//! # What a worker claims
+//!
+//! A worker claims only what its sink can deliver ([`Sink::handled_events`]): a
+//! [`crate::Dispatcher`] names every event name and stored version it has a route for, so a
+//! worker of one service leaves another service's events in a shared table alone, and a worker
+//! of an older release leaves the newer versions a newer producer writes. Such an event stays
+//! pending, is never charged an attempt and is never exhausted for want of a handler; it is
+//! delivered once a worker that handles it runs, and `outbox status`, the dashboard and the
+//! `outbox_unhandled_events` gauge show it meanwhile. Publishers take every event (no filter).
+//! See `docs/rolling-deploys.md`.
 //!
 //! # Ordering
 //!
@@ -68,11 +80,12 @@
 //! written, the worker waits one more shutdown deadline for them and then stops without them;
 //! those events are delivered again once their leases end.
 //!
-//! **A part that panics stops the worker.** If the claimer, completer, renewer, maintenance or
-//! listener panics (a bug, or code they call: a sink's `max_batch`, a metrics recorder, a tracing
-//! subscriber), the same shutdown begins, [`WorkerHandle::failure`] says which part and why, and
-//! [`Worker::run_until`] returns [`crate::error::Error::WorkerFailed`]. A worker missing a part
-//! would look alive while it delivered nothing, or delivered without ever completing.
+//! **A part that panics stops the worker.** If the claimer, completer, renewer, maintenance,
+//! roster or listener panics (a bug, or code they call: a sink's `max_batch`, a metrics
+//! recorder, a tracing subscriber), the same shutdown begins, [`WorkerHandle::failure`] says
+//! which part and why, and [`Worker::run_until`] returns
+//! [`crate::error::Error::WorkerFailed`]. A worker missing a part would look alive while it
+//! delivered nothing, or delivered without ever completing.
 //!
 //! # Example
 //!
@@ -102,6 +115,7 @@ mod maintenance;
 pub mod metrics;
 mod pace;
 mod renewer;
+mod roster;
 pub mod sessions;
 mod shutdown;
 mod supervise;
@@ -125,7 +139,7 @@ pub use shutdown::WorkerHandle;
 pub use supervise::WorkerFailure;
 
 use crate::error::{Error, Result};
-use crate::sink::Sink;
+use crate::sink::{HandledEvents, Sink};
 use crate::store::{DEFAULT_TABLE, Store};
 use events::Hook;
 use inflight::InFlight;
@@ -175,6 +189,16 @@ impl Worker {
         // Before anything is claimed: a sink call that can outlast the lease would let a second
         // worker deliver the same event while the first call still runs.
         self.sink.check_lease(self.config.lease)?;
+        // What the sink can deliver, asked once: the claim takes only these events and leaves
+        // the others pending for a worker that handles them (see the module docs).
+        let handled = self.sink.handled_events();
+        if handled.as_ref().is_some_and(HandledEvents::is_empty) {
+            return Err(Error::Config(format!(
+                "worker `{}` has a sink that handles no event (a dispatcher without handlers?), so it would claim nothing: \
+                 register at least one handler, or pass a sink that takes every event",
+                self.config.name
+            )));
+        }
         let table = self.config.table.as_str();
         let store = |pool: &PgPool| {
             if table == DEFAULT_TABLE {
@@ -211,6 +235,7 @@ impl Worker {
             maintenance_store,
             sessions,
             sink: self.sink,
+            handled,
             config: self.config,
             inflight: InFlight::default(),
             pace: Pace::default(),
@@ -459,6 +484,8 @@ pub(crate) struct Shared {
     /// The pools behind the stores above, one per role (see [`sessions`]).
     pub(crate) sessions: Sessions,
     pub(crate) sink: Arc<dyn Sink>,
+    /// What the sink can deliver ([`Sink::handled_events`]); `None`: every event.
+    pub(crate) handled: Option<HandledEvents>,
     pub(crate) config: WorkerConfig,
     pub(crate) inflight: InFlight,
     /// Claim and handler times, which size the prefetch window (see [`pace`]).

@@ -27,6 +27,7 @@ use super::listener::Listener;
 use super::maintenance::Maintenance;
 use super::metrics::WorkerCounters;
 use super::renewer::Renewer;
+use super::roster::Roster;
 use super::supervise::{WorkerFailure, spawn_part};
 
 /// How long deliveries get to react to a cancelled `lease_lost` token before being abandoned.
@@ -138,6 +139,14 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> WorkerHandle {
             Maintenance::new(Arc::clone(&shared)).run(background.clone()),
         )
     });
+    let roster = spawn_part(
+        &shared,
+        "roster",
+        Roster {
+            shared: Arc::clone(&shared),
+        }
+        .run(shared.claim_stop.clone()),
+    );
     let listener = shared.config.listen.then(|| {
         spawn_part(
             &shared,
@@ -209,6 +218,9 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> WorkerHandle {
             "writing the delivered events' outcomes",
         )
         .await;
+        // The roster left outbox_workers when claiming stopped (it claims nothing more); here
+        // its statement is only waited for, bounded like the others.
+        finish_or_abandon(roster, within, name, "leaving outbox_workers").await;
         background.cancel();
         if let Some(r) = renewer {
             let _ = r.await;

@@ -272,6 +272,8 @@ function renderOverview(data) {
             el("span", { "data-field": "delivered-of-last-hour", text: fmtCount(deliveredOfLastHour) })),
           enqueuedChart(t.last_hour),
           el("p", { class: "note", text: "The table keeps no delivery time: delivery rates and latency come from the workers' metrics (outbox_delivered_total, outbox_delivery_latency_seconds)." }))),
+      ...t.unhandled.map((u) => el("p", { class: "unhandled", "data-field": "unhandled" },
+        `no worker handles ${u.event_type} v${u.event_version} since ${new Date(u.since).toLocaleString()}: ${fmtCount(u.waiting)} waiting, not failed (deploy a worker that handles it)`)),
       latest,
       purge);
   });
