@@ -78,6 +78,11 @@ pub struct Args {
     /// instead of the ones for sinks that take every event.
     #[arg(long)]
     pub handled_sink: bool,
+    /// Drop the queue invariants from the outbox tables after they are created (the trigger that
+    /// gives every inserted event its queue row and the foreign key from a queue row to its
+    /// event): the enqueue as it was before them, to measure what they cost.
+    #[arg(long)]
+    pub without_queue_invariants: bool,
     /// Serialized payload size in bytes (0: the bare `{"order_id": i}`).
     #[arg(long, default_value_t = 0)]
     pub payload_bytes: usize,

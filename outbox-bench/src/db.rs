@@ -23,6 +23,9 @@ const FILL_ORDERS: &str = "INSERT INTO orders (id) SELECT g FROM generate_series
 /// tuples carried over).
 const TRUNCATE_OUTBOX: &str = "TRUNCATE outbox, outbox_queue RESTART IDENTITY";
 const VACUUM_ANALYZE: &str = "VACUUM ANALYZE";
+/// The trigger and the foreign key of `store/sql/create_queue_invariants.sql`, dropped.
+const DROP_QUEUE_INVARIANTS: &str = "DROP TRIGGER outbox_queue_new_events ON outbox; \
+    ALTER TABLE outbox_queue DROP CONSTRAINT outbox_queue_event_fk";
 const CHECKPOINT: &str = "CHECKPOINT";
 /// Events pending or processing: the open queue rows (the queue's open index covers this).
 const UNFINISHED: &str = "SELECT count(*) FROM outbox_queue WHERE exhausted_at IS NULL";
@@ -64,6 +67,14 @@ impl BenchDb {
         outbox_runtime::migrate(&pool).await?;
         crate::ceiling::create_table(&pool).await?;
         Ok(BenchDb { pool, options })
+    }
+
+    /// Drop the queue invariants of `outbox` (`--without-queue-invariants`).
+    pub async fn drop_queue_invariants(&self) -> BenchResult<()> {
+        sqlx::raw_sql(DROP_QUEUE_INVARIANTS)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     /// The shared pool.

@@ -124,6 +124,9 @@ async fn run(args: &Args) -> BenchResult<()> {
     };
     let pool_size = u32::try_from(args.workers.max(2) * 6 + args.clients + 8).unwrap_or(64);
     let db = BenchDb::recreate(pool_size).await?;
+    if args.without_queue_invariants {
+        db.drop_queue_invariants().await?;
+    }
     let postgres = db.server_version().await?;
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let shape = PayloadShape::new(args.payload_bytes);
