@@ -79,8 +79,13 @@ pub fn check_contract_lock(data: &[u8]) {
             if input.format < LOCK_FORMAT {
                 let migration = plan.migration.map(|m| m.sql).unwrap_or_default();
                 for table in &input.tables {
+                    // Format 1: the split layout first; formats 1 and 2: the queue invariants.
+                    let split =
+                        format!("-- ==== Outbox table {table}: upgrade to the split layout");
+                    let invariants = format!("-- ==== Outbox table {table}: the queue invariants");
                     assert!(
-                        migration.contains(&format!("-- ==== Outbox table {table}: upgrade")),
+                        (input.format != 1 || migration.contains(&split))
+                            && migration.contains(&invariants),
                         "{table} of a format {} lock is not upgraded",
                         input.format
                     );
