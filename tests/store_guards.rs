@@ -48,7 +48,7 @@ use std::collections::BTreeMap;
 
 use guards_support::Change::{Deleted, Dequeued, Updated};
 use guards_support::Param::{
-    Bool, Bytes, EventId, Id, Ids, Int, Int4, Ints, Json, NoEventId, NullText, Text,
+    Bool, Bytes, EventId, Id, Ids, Int, Int4, Int4s, Ints, Json, NoEventId, NullText, Text, Texts,
 };
 use guards_support::parse::{Predicate, predicates, strip_comments, without, writes};
 use guards_support::{Change, Param, Witness, play, witness};
@@ -64,6 +64,7 @@ const READ_ONLY: &[&str] = &[
     "gauges",
     "exhausted_events",
     "event_status",
+    "unhandled_events",
 ];
 
 /// Claimed by someone (claim 1) whose lease is live.
@@ -282,8 +283,23 @@ fn witnesses() -> Vec<Witness> {
         Updated,
     ));
 
-    let claim = || [Int(10), Int(ONE_MINUTE_US), Text("worker-w")];
-    for (statement, prefix) in [("claim_batch", ""), ("claim_batch_ordered", "o.")] {
+    let plain_claim = || vec![Int(10), Int(ONE_MINUTE_US), Text("worker-w")];
+    // A worker whose sink handles the witnesses' events (`witness.event` v1).
+    let handled_claim = || {
+        vec![
+            Int(10),
+            Int(ONE_MINUTE_US),
+            Text("worker-w"),
+            Texts(&["witness.event"]),
+            Int4s(&[1]),
+        ]
+    };
+    for (statement, prefix, claim) in [
+        ("claim_batch", "", plain_claim as fn() -> Vec<Param>),
+        ("claim_batch_ordered", "o.", plain_claim),
+        ("claim_batch_handled", "q.", handled_claim),
+        ("claim_batch_ordered_handled", "o.", handled_claim),
+    ] {
         let p = |pred: &str| -> &'static str { leak(format!("{prefix}{pred}")) };
         all.extend([
             witness(statement, "q.id = ANY (ARRAY(SELECT id FROM candidates))")
@@ -307,45 +323,79 @@ fn witnesses() -> Vec<Witness> {
         ]);
     }
 
+    // The claim of a sink that names its events: an event of a type or version it does not
+    // handle is left alone (pending, uncharged), for the worker that handles it.
+    let other_handler = || {
+        vec![
+            Int(10),
+            Int(ONE_MINUTE_US),
+            Text("worker-w"),
+            Texts(&["witness.event"]),
+            Int4s(&[2]),
+        ]
+    };
+    for (statement, alias) in [
+        ("claim_batch_handled", "e"),
+        ("claim_batch_ordered_handled", "ev"),
+    ] {
+        all.push(
+            witness(
+                statement,
+                leak(format!(
+                    "({alias}.event_type, {alias}.event_version) IN ( SELECT h.event_type, \
+                     h.event_version FROM unnest($4::text[], $5::integer[]) AS h(event_type, \
+                     event_version))"
+                )),
+            )
+            .row("a", "")
+            .params(other_handler())
+            .without([Updated("a")]),
+        );
+    }
+
     // The ordered claim's aggregate rule. `b` waits while an earlier event of its aggregate is
     // open (has a queue row that is not exhausted); the NOT EXISTS predicates narrow what
     // blocks `b`, so without one of them `b` (or `a` itself) is blocked where it should not be.
     // A delivered earlier event has no queue row, so nothing in the check can see it.
-    let ordered = "claim_batch_ordered";
     const ORDER_A: &str = "aggregate_type = 'order', aggregate_id = 'A'";
-    all.extend([
-        witness(
-            ordered,
-            "(o.aggregate_id IS NULL OR NOT EXISTS ( SELECT 1 FROM outbox_queue AS e WHERE \
-             e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id AND e.id < \
-             o.id AND e.exhausted_at IS NULL))",
-        )
-        .row("a", "aggregate_type = 'order', aggregate_id = 'A', status = 'processing', claim_version = 1, lease_until = now() + interval '1 hour'")
-        .row("b", ORDER_A)
-        .params(claim())
-        .without([Updated("b")]),
-        witness(ordered, "e.aggregate_type = o.aggregate_type")
-            .row("a", "aggregate_type = 'invoice', aggregate_id = 'A', status = 'processing', claim_version = 1, lease_until = now() + interval '1 hour'")
+    for (ordered, claim) in [
+        ("claim_batch_ordered", plain_claim as fn() -> Vec<Param>),
+        ("claim_batch_ordered_handled", handled_claim),
+    ] {
+        all.extend([
+            witness(
+                ordered,
+                "(o.aggregate_id IS NULL OR NOT EXISTS ( SELECT 1 FROM outbox_queue AS e WHERE \
+                 e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id AND e.id < \
+                 o.id AND e.exhausted_at IS NULL))",
+            )
+            .row("a", "aggregate_type = 'order', aggregate_id = 'A', status = 'processing', claim_version = 1, lease_until = now() + interval '1 hour'")
             .row("b", ORDER_A)
             .params(claim())
-            .real([Updated("b")]),
-        witness(ordered, "e.aggregate_id = o.aggregate_id")
-            .row("a", "aggregate_type = 'order', aggregate_id = 'Z', status = 'processing', claim_version = 1, lease_until = now() + interval '1 hour'")
-            .row("b", ORDER_A)
-            .params(claim())
-            .real([Updated("b")]),
-        // Without `e.id < o.id` an open event blocks itself.
-        witness(ordered, "e.id < o.id")
-            .row("a", ORDER_A)
-            .params(claim())
-            .real([Updated("a")]),
-        // An exhausted event does not hold its aggregate back (see claim_batch_ordered.sql).
-        witness(ordered, "e.exhausted_at IS NULL")
-            .row("a", "aggregate_type = 'order', aggregate_id = 'A', status = 'exhausted', exhausted_at = now(), attempts = 3")
-            .row("b", ORDER_A)
-            .params(claim())
-            .real([Updated("b")]),
-    ]);
+            .without([Updated("b")]),
+            witness(ordered, "e.aggregate_type = o.aggregate_type")
+                .row("a", "aggregate_type = 'invoice', aggregate_id = 'A', status = 'processing', claim_version = 1, lease_until = now() + interval '1 hour'")
+                .row("b", ORDER_A)
+                .params(claim())
+                .real([Updated("b")]),
+            witness(ordered, "e.aggregate_id = o.aggregate_id")
+                .row("a", "aggregate_type = 'order', aggregate_id = 'Z', status = 'processing', claim_version = 1, lease_until = now() + interval '1 hour'")
+                .row("b", ORDER_A)
+                .params(claim())
+                .real([Updated("b")]),
+            // Without `e.id < o.id` an open event blocks itself.
+            witness(ordered, "e.id < o.id")
+                .row("a", ORDER_A)
+                .params(claim())
+                .real([Updated("a")]),
+            // An exhausted event does not hold its aggregate back (see claim_batch_ordered.sql).
+            witness(ordered, "e.exhausted_at IS NULL")
+                .row("a", "aggregate_type = 'order', aggregate_id = 'A', status = 'exhausted', exhausted_at = now(), attempts = 3")
+                .row("b", ORDER_A)
+                .params(claim())
+                .real([Updated("b")]),
+        ]);
+    }
 
     // limit, backoff base, backoff cap, jitter.
     let recover = || [Int(10), Int(ONE_MINUTE_US), Int(ONE_HOUR_US), Bool(false)];

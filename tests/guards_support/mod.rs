@@ -31,6 +31,10 @@ pub enum Param {
     /// A `text` NULL.
     NullText,
     Ints(&'static [i64]),
+    /// A `text[]` parameter.
+    Texts(&'static [&'static str]),
+    /// An `integer[]` (int4) parameter.
+    Int4s(&'static [i32]),
     Text(&'static str),
     Bool(bool),
 }
@@ -349,6 +353,8 @@ async fn execute(
             Param::NoEventId => query.bind(uuid::Uuid::nil()),
             Param::Int(v) => query.bind(*v),
             Param::Int4(v) => query.bind(*v),
+            Param::Texts(v) => query.bind(v.to_vec()),
+            Param::Int4s(v) => query.bind(v.to_vec()),
             Param::Bytes(v) => query.bind(v.to_vec()),
             Param::Json(v) => query.bind(
                 serde_json::from_str::<serde_json::Value>(v)

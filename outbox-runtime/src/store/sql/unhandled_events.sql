@@ -42,7 +42,7 @@ FROM waiting AS w
 WHERE NOT EXISTS (
     SELECT 1
     FROM live AS l
-    WHERE l.handles IS NULL
-       OR l.handles @> jsonb_build_array(
-              jsonb_build_object('name', w.event_type, 'version', w.event_version)))
+    WHERE (l.handles IS NULL
+           OR l.handles @> jsonb_build_array(
+                  jsonb_build_object('name', w.event_type, 'version', w.event_version))))
 ORDER BY w.since, w.event_type, w.event_version
