@@ -5,8 +5,8 @@
 //! Each event goes through four claims and five calls of the sink, with the store's own
 //! statements throughout:
 //!
-//! 1. attempt 1, a stale worker: its lease is ended and recovered just before its call is first
-//!    polled (the receiver cannot tell), and it is held inside the receiver while
+//! 1. attempt 1, a stale worker: it is held inside the receiver (its lease ended and recovered
+//!    meanwhile) while
 //! 2. attempt 2, the redelivery, runs to completion, overlapping it (see `overlap`: the first
 //!    is held once it has written in a transaction it keeps open, before its commit). The
 //!    state observed when attempt 2 completed, attempt 1 still held, is the baseline (when
