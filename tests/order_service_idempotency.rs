@@ -154,7 +154,7 @@ fn variant_failure() -> String {
 
 const VARIANT_FAILURE: &str = "not idempotent: event 1 of 2 changed the observed state when it was delivered again
   event:    `order.confirmed` v1 EVENT_ID (key `confirm-order/1`)
-  delivery: attempt 2, delivered again once attempt 1, a stale delivery, had finished inside the receiver (it could not be held there: it keeps no transaction open in this database, or the receiver made attempt 2 wait for it)
+  delivery: attempt 1, a stale delivery held inside the receiver (its lease ran out meanwhile) while attempt 2 ran to completion, then resumed
   after one complete delivery: [(00000000-0000-0000-0000-000000000001, 1)]
   after this delivery:         [(00000000-0000-0000-0000-000000000001, 2)]
 A handler must leave the state as one delivery does, however often the event arrives: deduplicate on `Delivery::idempotency_key()` (for example with `outbox_runtime::inbox::apply_once` in the handler's transaction).";

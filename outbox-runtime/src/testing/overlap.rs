@@ -2,29 +2,22 @@
 //! redelivery that replaced it overlap: the first started earlier and is held inside the
 //! receiver, the second runs to completion, then the first resumes.
 //!
-//! The kit drives both calls' futures itself, one step at a time (a step is one poll, then a
-//! wait for the future's wake-up). Where to hold the first is read from the database: the
-//! first is advanced until a session of the test database that was not in a transaction before
-//! is idle inside one that has written or locked something (`pg_stat_activity`: idle in
-//! transaction, with a transaction id). The handler has then done its work in the transaction
-//! and not committed: the kit holds it there. A check-then-act receiver (read "not applied
-//! yet", work, write, without a unique constraint) has read "not applied" and written; the
-//! second, run to completion meanwhile, reads "not applied" too (the first has not committed)
-//! and writes: the event is applied twice once the first commits.
+//! The kit drives both calls' futures itself, one step at a time: a step is one poll, then a
+//! wait for the future's wake-up (the I/O it started finished, for example a statement the
+//! database executed). The first gets one step; then the second always stays two steps ahead
+//! of it, so the first has read whatever it reads before the second writes, and is held before
+//! its last step (typically its commit) while the second completes. A check-then-act receiver
+//! (read "not applied yet", work, write, without a unique constraint) then applies the event
+//! twice. A receiver that serialises on the event (a unique key the second's write waits on,
+//! a row lock) makes one wait for the other: a step of the first whose wake-up does not come
+//! within [`FIRST_BLOCKED_AFTER`] (of the second: [`SECOND_BLOCKED_AFTER`], longer, since a
+//! second that is merely slow, opening a connection say, must not let the first run ahead)
+//! counts as blocked, and the other goes on, so the two never wait on each other forever.
 //!
-//! A receiver that serialises on the event (a unique key, a row lock) makes the second wait
-//! for the first: when the second is not woken for a while and a session of the database waits
-//! on a lock, the first is released, and both finish, so the two never wait on each other
-//! forever. A first call that never keeps a transaction open in the database (a handler that
-//! writes without one, a handler of another database, a publisher's request to a remote
-//! service) is held at its first wait that outlasts [`FIRST_HELD_AFTER`], or not at all if it
-//! finishes before: then the second is a redelivery after a complete one, and the check
-//! compares the state after it with the state after the first. A remote service runs a request
-//! it was sent whatever the kit does with the future.
-//!
-//! Reading `pg_stat_activity` needs the pool's role to see the handler's sessions (the same
-//! role, a superuser, or `pg_read_all_stats`); otherwise the first is held only by the time
-//! rule above.
+//! Only work done inside the sink's future can be held this way: an in-process handler (a
+//! [`crate::dispatcher::Dispatcher`]). A publisher's request to a remote receiver is sent when
+//! it is sent, and the receiver runs it whatever the kit does with the future: the two requests
+//! overlap, but the kit cannot hold the first inside the remote service.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -37,37 +30,23 @@ use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::error::Result;
+/// How long a step of the first call may wait for its wake-up before the kit counts it as
+/// blocked (waiting on the second, for example for a lock the second holds) and lets the
+/// second go on.
+pub(crate) const FIRST_BLOCKED_AFTER: Duration = Duration::from_millis(250);
 
-/// The sessions of this database inside a transaction, this one aside.
-const IN_TRANSACTION: &str = "SELECT pid FROM pg_stat_activity \
-     WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL";
-
-/// A session of this database, not among `$1`, idle inside a transaction that has written or
-/// locked something (it has a transaction id: an `INSERT`, an `UPDATE`, a
-/// `SELECT ... FOR UPDATE`) and not committed.
-const INSIDE_A_TRANSACTION: &str = "SELECT pid FROM pg_stat_activity \
-     WHERE datname = current_database() AND pid <> pg_backend_pid() AND NOT (pid = ANY($1)) \
-     AND state = 'idle in transaction' AND backend_xid IS NOT NULL LIMIT 1";
-
-/// Whether a session of this database waits on a lock that session `$1` holds (any lock, when
-/// `$1` is null: the first was held by the time rule, its session unknown).
-const WAITING_ON_THE_HOLDER: &str = "SELECT EXISTS (SELECT FROM pg_stat_activity \
-     WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' \
-     AND ($1::int IS NULL OR $1::int = ANY(pg_blocking_pids(pid))))";
-
-/// How long a step waits for the call's wake-up before the kit looks at the database again.
-const STEP_WAIT: Duration = Duration::from_millis(20);
-
-/// A first call not woken for this long (and seen in no transaction) is held where it waits.
-pub(crate) const FIRST_HELD_AFTER: Duration = Duration::from_secs(2);
+/// The same for the second call: longer, because the first goes on when the second is blocked,
+/// and a second that is only slow (a new database connection on a busy machine) must not let
+/// the first run ahead and finish first.
+pub(crate) const SECOND_BLOCKED_AFTER: Duration = Duration::from_secs(5);
 
 /// How long both calls may take in all before the kit gives up on them.
 pub(crate) const OVERLAP_DEADLINE: Duration = Duration::from_secs(60);
 
-/// Leave `connections` connections idle in `pool` (at most its size), so that neither call
-/// waits for one to be opened while the other runs ahead.
-pub(crate) async fn warm(pool: &PgPool, connections: u32) -> Result<()> {
+/// Leave `connections` connections idle in `pool` (at most its size): steps are what keeps
+/// the second call ahead of the first, and a call that has to open a connection first spends
+/// steps on that, which would let the first catch up before it read anything.
+pub(crate) async fn warm(pool: &PgPool, connections: u32) -> crate::error::Result<()> {
     let connections = connections.min(pool.options().get_max_connections());
     let mut held = Vec::new();
     for _ in 0..connections {
@@ -81,70 +60,45 @@ pub(crate) async fn warm(pool: &PgPool, connections: u32) -> Result<()> {
 pub(crate) enum Held {
     /// The second completed while the first was held, not finished.
     WhileSecondCompleted,
-    /// The first finished before the second could (it was never held, or the second waited on
-    /// it: the receiver serialised the two).
+    /// The first finished before the second could (the second waited on it: the receiver
+    /// serialised the two).
     FirstFinishedFirst,
 }
 
-/// Run `first` and `second` overlapping (see the [module docs](self)), reading sessions of
-/// `pool`'s database. `one_done` is called once, as soon as one of the two has completed (the
-/// second, with the first still held, unless the first finished first): the state then is
-/// one delivery's. Returns both outputs, or `None` when they did not finish within
-/// [`OVERLAP_DEADLINE`].
+/// Run `first` and `second` overlapping (see the [module docs](self)); `second_done` is
+/// called once the second completed, while the first is still held if it can be. Returns both
+/// outputs, or `None` when they did not finish within [`OVERLAP_DEADLINE`].
 pub(crate) async fn overlapped<A: Future, B: Future>(
-    pool: &PgPool,
     first: A,
     second: B,
-    mut one_done: impl AsyncFnMut(),
-) -> Result<Option<(A::Output, B::Output, Held)>> {
+    mut second_done: impl AsyncFnMut(),
+) -> Option<(A::Output, B::Output, Held)> {
     let deadline = Instant::now() + OVERLAP_DEADLINE;
-    let before: Vec<i32> = sqlx::query_scalar(IN_TRANSACTION).fetch_all(pool).await?;
     let mut first = Stepper::new(first);
     let mut second = Stepper::new(second);
-
-    // The first goes inside the receiver: until it has written in a transaction it keeps
-    // open, or waits on something for a while.
-    let mut holder: Option<i32> = None;
-    let mut last_wake = Instant::now();
-    while first.output.is_none() && last_wake.elapsed() < FIRST_HELD_AFTER {
-        if Instant::now() >= deadline {
-            return Ok(None);
-        }
-        if first.step().await {
-            last_wake = Instant::now();
-        }
-        holder = sqlx::query_scalar(INSIDE_A_TRANSACTION)
-            .bind(&before)
-            .fetch_optional(pool)
-            .await?;
-        if holder.is_some() {
-            break;
-        }
-    }
-    let mut reported = false;
-    if first.output.is_some() {
-        one_done().await;
-        reported = true;
-    }
-
-    // The second runs to completion while the first is held, unless it waits on the first.
-    let mut release_first = false;
+    first.step(deadline, FIRST_BLOCKED_AFTER).await?;
     while second.output.is_none() {
-        if Instant::now() >= deadline {
-            return Ok(None);
+        // The second goes first unless it is two steps ahead (or waits on the first).
+        let second_turn = first.output.is_some()
+            || (second.steps < first.steps + 2 && !second.blocked)
+            || first.blocked;
+        if second_turn {
+            second.step(deadline, SECOND_BLOCKED_AFTER).await?;
+        } else {
+            first.step(deadline, FIRST_BLOCKED_AFTER).await?;
         }
-        let woken = second.step().await;
-        if release_first {
-            first.step().await;
-            if first.output.is_some() && !reported {
-                one_done().await;
-                reported = true;
-            }
-        } else if !woken && second.output.is_none() {
-            release_first = sqlx::query_scalar(WAITING_ON_THE_HOLDER)
-                .bind(holder)
-                .fetch_one(pool)
-                .await?;
+        if first.blocked && second.blocked {
+            // Both wait: wait for whichever wakes first.
+            tokio::time::timeout_at(deadline, async {
+                tokio::select! {
+                    () = first.woken() => {}
+                    () = second.woken() => {}
+                }
+            })
+            .await
+            .ok()?;
+            first.refresh();
+            second.refresh();
         }
     }
     let held = if first.output.is_none() {
@@ -152,16 +106,17 @@ pub(crate) async fn overlapped<A: Future, B: Future>(
     } else {
         Held::FirstFinishedFirst
     };
-    if !reported {
-        one_done().await;
-    }
+    second_done().await;
     while first.output.is_none() {
-        if Instant::now() >= deadline {
-            return Ok(None);
+        first.step(deadline, FIRST_BLOCKED_AFTER).await?;
+        if first.blocked {
+            tokio::time::timeout_at(deadline, first.woken())
+                .await
+                .ok()?;
+            first.refresh();
         }
-        first.step().await;
     }
-    Ok(first.output.zip(second.output).map(|(a, b)| (a, b, held)))
+    Some((first.output?, second.output?, held))
 }
 
 /// A future polled by hand, one step at a time.
@@ -170,6 +125,9 @@ struct Stepper<F: Future> {
     signal: Arc<Signal>,
     waker: Waker,
     output: Option<F::Output>,
+    steps: u32,
+    /// The last step's wake-up did not come within [`BLOCKED_AFTER`].
+    blocked: bool,
 }
 
 impl<F: Future> Stepper<F> {
@@ -183,23 +141,32 @@ impl<F: Future> Stepper<F> {
             waker: Waker::from(Arc::clone(&signal)),
             signal,
             output: None,
+            steps: 0,
+            blocked: false,
         }
     }
 
-    /// Poll once if woken since the last poll, then wait at most [`STEP_WAIT`] for the next
-    /// wake-up; whether it came (or the future finished).
-    async fn step(&mut self) -> bool {
+    /// Poll once (if woken since the last poll), then wait at most `blocked_after` for the
+    /// next wake-up. `None` past `deadline`.
+    async fn step(&mut self, deadline: Instant, blocked_after: Duration) -> Option<()> {
+        if Instant::now() >= deadline {
+            return None;
+        }
         if self.output.is_some() {
-            return true;
+            return Some(());
         }
         if self.signal.woken.swap(false, Ordering::SeqCst) {
+            self.steps += 1;
             let mut cx = Context::from_waker(&self.waker);
             if let Poll::Ready(output) = self.future.as_mut().poll(&mut cx) {
                 self.output = Some(output);
-                return true;
+                self.blocked = false;
+                return Some(());
             }
         }
-        tokio::time::timeout(STEP_WAIT, self.woken()).await.is_ok()
+        let wait = blocked_after.min(deadline.saturating_duration_since(Instant::now()));
+        self.blocked = tokio::time::timeout(wait, self.woken()).await.is_err();
+        Some(())
     }
 
     /// Until this future is woken (at once if it already was).
@@ -211,6 +178,10 @@ impl<F: Future> Stepper<F> {
             }
             notified.await;
         }
+    }
+
+    fn refresh(&mut self) {
+        self.blocked = !self.signal.woken.load(Ordering::SeqCst);
     }
 }
 
@@ -228,5 +199,56 @@ impl Wake for Signal {
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.store(true, Ordering::SeqCst);
         self.notify.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A check-then-act receiver over a shared "table": read, yield (a statement's round
+    /// trip), write. Overlapped, both read before either writes.
+    async fn check_then_act(table: &Mutex<Vec<u32>>, id: u32) {
+        let seen = table.lock().unwrap().contains(&id);
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        if !seen {
+            table.lock().unwrap().push(id);
+        }
+        tokio::task::yield_now().await;
+    }
+
+    #[tokio::test]
+    async fn the_first_is_held_while_the_second_completes_and_both_act() {
+        let table = Mutex::new(Vec::new());
+        let mut while_held = None;
+        let (_, _, held) = overlapped(
+            check_then_act(&table, 7),
+            check_then_act(&table, 7),
+            async || while_held = Some(table.lock().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(held, Held::WhileSecondCompleted);
+        assert_eq!(
+            while_held,
+            Some(vec![7]),
+            "the second's effect, the first held"
+        );
+        assert_eq!(*table.lock().unwrap(), vec![7, 7], "the first acted too");
+    }
+
+    #[tokio::test]
+    async fn a_second_that_waits_on_the_first_is_not_a_deadlock() {
+        let lock = tokio::sync::Mutex::new(0);
+        let take = async || {
+            let mut guard = lock.lock().await;
+            tokio::task::yield_now().await;
+            *guard += 1;
+        };
+        let (_, _, held) = overlapped(take(), take(), async || {}).await.unwrap();
+        assert_eq!(held, Held::FirstFinishedFirst);
+        assert_eq!(*lock.lock().await, 2);
     }
 }
