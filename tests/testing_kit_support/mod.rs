@@ -142,31 +142,6 @@ pub async fn effects(pool: &PgPool) -> Vec<(String, i64)> {
         .unwrap()
 }
 
-/// Write an effect for `event_id` unless one is there: read, then write, in one transaction,
-/// without a unique constraint (check-then-act). One delivery after another applies it once;
-/// two overlapping deliveries both read "none" and both write.
-pub async fn check_then_act_effect(
-    pool: &PgPool,
-    event_id: Uuid,
-    what: &str,
-) -> Result<(), HandlerError> {
-    let mut tx = pool.begin().await.map_err(HandlerError::retry)?;
-    let present: i64 = sqlx::query_scalar("SELECT count(*) FROM effects WHERE event_id = $1")
-        .bind(event_id)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(HandlerError::retry)?;
-    if present == 0 {
-        sqlx::query("INSERT INTO effects (event_id, what) VALUES ($1, $2)")
-            .bind(event_id)
-            .bind(what)
-            .execute(&mut *tx)
-            .await
-            .map_err(HandlerError::retry)?;
-    }
-    tx.commit().await.map_err(HandlerError::retry)
-}
-
 /// Write an effect for `event_id`: once (through the inbox) when `dedupe`, else every time.
 pub async fn apply_effect(
     pool: &PgPool,

@@ -19,7 +19,6 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::faults::{DeliveryPlan, Faulty, Injected};
-use super::overlap::{overlapped, warm};
 use crate::delivery::{Aggregate, Delivery, HandlerError};
 use crate::error::{Error, Result};
 use crate::sink::Sink;
@@ -322,49 +321,23 @@ async fn deliver_with_plan(
         };
         return Ok(Settle::Write(SinkOutcome::Failed(error)));
     }
-    let outcome = if plan.deliver_twice && !plan.lose_lease {
-        // The same delivery twice at once, as a broker or a proxy repeats it while the first
-        // is still being handled: the first held inside the receiver while the second
-        // completes (see `overlap`).
-        injected.push(Injected::DeliveredTwice);
-        warm(store.pool(), 3).await?;
-        let both = overlapped(
-            call_sink(sink, event, &delivery),
-            call_sink(sink, event, &delivery),
-            async || {},
-        )
-        .await;
-        let Some((first, second, _held)) = both else {
-            return Err(Error::Config(format!(
-                "the two overlapping calls of the sink for event {} did not finish within {:?} \
-                 (a sink that never returns?)",
-                event.event_id,
-                super::overlap::OVERLAP_DEADLINE
-            )));
-        };
-        match first {
-            SinkOutcome::Delivered => second,
-            failed => failed,
+    let (outcome, _lost) = call(
+        store,
+        sink,
+        event,
+        &delivery,
+        plan.lose_lease.then_some(&token),
+    )
+    .await?;
+    if plan.lose_lease {
+        injected.push(Injected::LeaseLost);
+    }
+    let outcome = match outcome {
+        SinkOutcome::Delivered if plan.deliver_twice => {
+            injected.push(Injected::DeliveredTwice);
+            call_sink(sink, event, &delivery).await
         }
-    } else {
-        let (outcome, _lost) = call(
-            store,
-            sink,
-            event,
-            &delivery,
-            plan.lose_lease.then_some(&token),
-        )
-        .await?;
-        if plan.lose_lease {
-            injected.push(Injected::LeaseLost);
-        }
-        match outcome {
-            SinkOutcome::Delivered if plan.deliver_twice => {
-                injected.push(Injected::DeliveredTwice);
-                call_sink(sink, event, &delivery).await
-            }
-            other => other,
-        }
+        other => other,
     };
     if plan.lose_response && matches!(outcome, SinkOutcome::Delivered) {
         injected.push(Injected::ResponseLost);

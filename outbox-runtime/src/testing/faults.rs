@@ -154,13 +154,9 @@ impl Faults {
         self.seed
     }
 
-    /// Hand the picked events' first delivery to the sink twice, overlapping, with the same
-    /// delivery (same event id, idempotency key and attempt): what a receiver sees when a broker
-    /// or a proxy repeats a request while the first is still being handled. The first call is
-    /// held inside the sink while the second completes (an in-process handler is held between
-    /// its statements; see `docs/testing.md`), so a check-then-act handler applies the event
-    /// twice. Combined with [`Faults::lose_lease`], the second call follows the first instead.
-    /// The outcome written is the first call's if it failed, else the second's.
+    /// Hand the picked events' first accepted delivery to the sink a second time, at once, with
+    /// the same delivery (same event id, idempotency key and attempt): what a receiver sees when
+    /// a broker or a proxy repeats a request.
     pub fn deliver_twice(self, pick: Pick) -> Faults {
         self.rule(Fault::DeliverTwice, pick)
     }

@@ -1,33 +1,21 @@
 //! Does a handler survive at-least-once delivery? [`check_idempotent`] enqueues each event,
-//! delivers it, then delivers it again the ways production does, and compares the service's
-//! observed state after every delivery with the state after the first complete one.
+//! delivers it once cleanly, then delivers it again the ways production does, and compares the
+//! service's observed state after every delivery with the state after the first.
 //!
-//! Each event goes through four claims and five calls of the sink, with the store's own
+//! Each event goes through three claims and four calls of the sink, with the store's own
 //! statements throughout:
 //!
-//! 1. attempt 1, a stale worker: it is held inside the receiver (its lease ended and recovered
-//!    meanwhile) while
-//! 2. attempt 2, the redelivery, runs to completion, overlapping it (see `overlap`: the first
-//!    reads before the second writes, and is held before its last step). The state observed
-//!    when attempt 2 completed, attempt 1 still held, is the baseline. Then attempt 1 resumes
-//!    and finishes (its outcome is refused by the fence), and the response to attempt 2 is
-//!    lost: no completion is written, the lease is ended, and recovery hands the event back;
-//! 3. attempt 3, the redelivery after the lost response, with its lease lost in the middle
+//! 1. attempt 1, a clean delivery; the state observed after it is the baseline. Its response is
+//!    then lost: no completion is written, the lease is ended, and the recovery statement hands
+//!    the event back;
+//! 2. attempt 2, the redelivery after the lost response, with its lease lost in the middle
 //!    (ended and recovered while the sink runs, `Delivery::lease_lost` cancelled); the fence
 //!    refuses whatever the sink returns;
-//! 4. attempt 4, the redelivery after the lost lease, accepted;
-//! 5. the same delivery handed to the sink a second time (a duplicate), accepted and completed.
+//! 3. attempt 3, the redelivery after the lost lease, accepted;
+//! 4. the same delivery handed to the sink a second time (a duplicate), accepted and completed.
 //!
-//! After attempt 1 resumed and after each of the calls 3 to 5 the state must equal the
-//! baseline. The first event whose redelivery changed it fails the check, naming the event, the
-//! fault, and both states.
-//!
-//! What the check cannot see: holding a delivery inside the receiver works for work done in the
-//! sink's own future (an in-process handler, such as a [`crate::dispatcher::Dispatcher`]'s); a
-//! publisher's request to a remote service runs there whatever the check does, so the two
-//! requests overlap but the first is not held. A receiver that serialises the two deliveries (a
-//! unique key, a lock) makes the second wait for the first; the check then compares the state
-//! after both with the later deliveries only. And it observes only what `observe` returns.
+//! After each of the calls 2 to 4 the state must equal the baseline. The first event whose
+//! redelivery changed it fails the check, naming the event, the fault, and both states.
 
 use std::fmt;
 
@@ -37,7 +25,6 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::drain::{call, end_lease, settle};
-use super::overlap::{Held, overlapped, warm};
 use crate::contract::shown;
 use crate::delivery::Delivery;
 use crate::event::CurrentEvent;
@@ -114,9 +101,9 @@ impl<E: CurrentEvent> WriteEvent for E {
 pub struct IdempotencyReport {
     /// Events checked.
     pub events: usize,
-    /// Calls of the sink (five an event).
+    /// Calls of the sink (four an event).
     pub sink_calls: usize,
-    /// Observations of the state compared with their baseline (four an event).
+    /// Observations of the state compared with their baseline (three an event).
     pub comparisons: usize,
 }
 
@@ -145,7 +132,7 @@ pub enum IdempotencyError {
         event: String,
         /// The redelivery that changed the state.
         fault: String,
-        /// The state after one complete delivery (`{:?}`): the first accepted one.
+        /// The state after the first delivery (`{:?}`).
         baseline: String,
         /// The state after the redelivery (`{:?}`).
         observed: String,
@@ -181,8 +168,8 @@ impl fmt::Display for IdempotencyError {
                 "not idempotent: event {index} of {of} changed the observed state when it was delivered again\n\
                  \x20 event:    {event}\n\
                  \x20 delivery: {fault}\n\
-                 \x20 after one complete delivery: {baseline}\n\
-                 \x20 after this delivery:         {observed}\n\
+                 \x20 after the first delivery: {baseline}\n\
+                 \x20 after this delivery:      {observed}\n\
                  A handler must leave the state as one delivery does, however often the event arrives: \
                  deduplicate on `Delivery::idempotency_key()` (for example with `outbox_runtime::inbox::apply_once` \
                  in the handler's transaction)."
@@ -314,65 +301,13 @@ impl<S: Sink> Check<'_, S> {
         T: PartialEq + fmt::Debug,
         Observe: AsyncFnMut() -> T,
     {
-        // 1 and 2. A stale worker held inside the receiver while the redelivery that replaced
-        // it completes: the state then is the baseline. Then the stale one resumes.
-        // A connection for each call and for `observe`, if the handler uses this pool.
-        warm(self.store.pool(), 3).await?;
-        let stale = self.claim().await?;
-        let stale_delivery = Delivery::new(&stale, CancellationToken::new());
-        let stale_call = call_sink(self.sink, &stale, &stale_delivery);
-        // The stale worker's lease runs out while it is inside the receiver; it has not
-        // noticed (its `lease_lost` is not cancelled), as a worker stalled mid-call has not.
-        end_lease(self.store, &stale).await?;
+        // 1. A clean delivery: the baseline. Then its response is lost.
         let event = self.claim().await?;
         let delivery = Delivery::new(&event, CancellationToken::new());
-        let redelivery = call_sink(self.sink, &event, &delivery);
-        let mut baseline = None;
-        let Some((stale_outcome, second, held)) = overlapped(stale_call, redelivery, async || {
-            baseline = Some(observe().await)
-        })
-        .await
-        else {
-            return Err(IdempotencyError::Setup(format!(
-                "the two overlapping deliveries of {} did not finish within {:?} (a sink that never returns?)",
-                self.described,
-                super::overlap::OVERLAP_DEADLINE
-            )));
-        };
-        report.sink_calls += 2;
-        let second_label = format!(
-            "attempt {}, delivered again while attempt {} was still inside the receiver",
-            event.attempts, stale.attempts
-        );
-        self.accepted(&second, &second_label)?;
-        let baseline = baseline.ok_or_else(|| {
-            IdempotencyError::Setup("the state was not observed after the redelivery".into())
-        })?;
-        if let SinkOutcome::Panicked(message) = &stale_outcome {
-            return Err(self.refused(
-                "attempt 1 (held inside the receiver while attempt 2 ran)",
-                format!("panicked: {message}"),
-            ));
-        }
-        if held == Held::WhileSecondCompleted {
-            self.compare(
-                &baseline,
-                observe().await,
-                format!(
-                    "attempt {}, a stale delivery held inside the receiver (its lease ran out meanwhile) \
-                     while attempt {} ran to completion, then resumed",
-                    stale.attempts, event.attempts
-                ),
-            )?;
-            report.comparisons += 1;
-        } else {
-            // The receiver made the redelivery wait for the stale one (a unique key, a lock):
-            // the baseline already holds both.
-            report.comparisons += 1;
-        }
-        // The stale worker's outcome is refused by the fence: its claim is gone.
-        settle(self.store, &stale, &stale_outcome, &RetryPolicy::default()).await?;
-        // The response to the redelivery is lost.
+        let first = call_sink(self.sink, &event, &delivery).await;
+        report.sink_calls += 1;
+        self.accepted(&first, "attempt 1 (the first delivery)")?;
+        let baseline = observe().await;
         end_lease(self.store, &event).await?;
 
         // 2. Redelivered after the lost response, and its lease lost in the middle.

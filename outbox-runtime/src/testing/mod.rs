@@ -12,10 +12,8 @@
 //! - [`faults`]: [`Faults`], a seeded plan of duplicates, failures, lost responses, lost leases,
 //!   panics, delays and reordering, applied to any [`Sink`](crate::Sink) by the drain;
 //! - [`idempotency`]: [`check_idempotent`], which redelivers every event under duplicates, a lost
-//!   response, a lost lease and a stale delivery overlapping its redelivery, and fails with the
-//!   first redelivery that changed the service's observed state;
-//! - `overlap`: two calls of the sink for one event run overlapping, the first held inside the
-//!   receiver while the second completes (used by the check and by [`Faults::deliver_twice`]).
+//!   response and a lost lease and fails with the first redelivery that changed the service's
+//!   observed state.
 //!
 //! Nothing here keeps global state besides the test server's address: every function works on
 //! the pool it is given, so tests run in parallel. See `docs/testing.md`.
@@ -25,7 +23,6 @@ pub mod database;
 pub mod drain;
 pub mod faults;
 pub mod idempotency;
-mod overlap;
 
 pub use assertions::{EventMeta, assert_enqueued, assert_not_enqueued, enqueued};
 pub use database::{TestDatabase, server_options};
