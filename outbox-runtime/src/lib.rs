@@ -106,6 +106,7 @@ pub mod migrate;
 pub mod payload_limits;
 pub mod producer;
 pub mod publish;
+pub mod relay;
 pub mod sink;
 pub mod store;
 #[cfg(feature = "opentelemetry")]
