@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use outbox_runtime::relay::inserts::Transactions;
 use outbox_runtime::relay::pgoutput::Lsn;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, Executor, Row};
+use sqlx::{ConnectOptions, Executor, Row};
 
 const PRODUCERS: usize = 4;
 const TRANSACTIONS_EACH: usize = 40;
