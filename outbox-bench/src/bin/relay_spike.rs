@@ -743,6 +743,10 @@ async fn read_section(pool: &PgPool, options: &PgConnectOptions, args: &Args) ->
 // ---------------------------------------------------------------------------------------------
 // Latency
 
+/// This machine's clock in PostgreSQL's epoch, to compare with a commit timestamp of the server
+/// on the same machine (one clock). A measurement only: nothing the outbox decides reads it, and
+/// asking the server for its clock per event would add a round trip to what is measured.
+#[allow(clippy::disallowed_methods)]
 fn now_pg_micros() -> i64 {
     let unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
