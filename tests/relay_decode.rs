@@ -300,3 +300,73 @@ async fn a_slot_hands_back_committed_events_in_commit_order_per_aggregate() {
     .unwrap();
     assert!(Lsn::from_str(&confirmed).unwrap() > last_commit);
 }
+
+/// The relay's check at start reads the real settings: the logical server passes (its
+/// `max_slot_wal_keep_size` is capped, so without a warning), a role without `REPLICATION` is
+/// refused with the `ALTER ROLE` that fixes it, and the machine's default server is judged by
+/// what it actually runs (`wal_level=replica` on this machine: refused, with the command).
+#[tokio::test]
+async fn the_check_at_start_reads_the_servers_settings_and_names_the_fix() {
+    use outbox_runtime::relay::preflight::{PreflightError, Problem, preflight};
+
+    let admin = logical_server().await;
+    let mut conn = admin
+        .connect()
+        .await
+        .expect("connecting to the logical server");
+    let warnings = preflight(&mut conn, "payments")
+        .await
+        .expect("the logical server of scripts/logical_pg.sh is fit for a relay");
+    assert_eq!(
+        warnings,
+        [],
+        "scripts/logical_pg.sh caps max_slot_wal_keep_size"
+    );
+
+    let role = format!("relay_test_{}", uuid::Uuid::new_v4().simple());
+    conn.execute(sqlx::AssertSqlSafe(format!("CREATE ROLE {role} LOGIN")))
+        .await
+        .unwrap();
+    let as_role = admin.clone().username(&role).connect().await;
+    let refused = match as_role {
+        Ok(mut c) => preflight(&mut c, "payments").await,
+        Err(e) => panic!("connecting as {role} (trust authentication): {e}"),
+    };
+    conn.execute(sqlx::AssertSqlSafe(format!("DROP ROLE {role}")))
+        .await
+        .unwrap();
+    match refused {
+        Err(PreflightError::Unfit { problems, .. }) => {
+            assert_eq!(
+                problems,
+                [Problem::NoReplicationRole { role: role.clone() }]
+            );
+            assert!(
+                problems[0]
+                    .to_string()
+                    .contains(&format!("ALTER ROLE {role} REPLICATION;"))
+            );
+        }
+        other => panic!("a role without REPLICATION passed the check: {other:?}"),
+    }
+
+    let default_server = outbox_runtime::testing::server_options().await;
+    let mut conn = default_server.connect().await.unwrap();
+    let level: String = sqlx::query_scalar("SHOW wal_level")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    let result = preflight(&mut conn, "payments").await;
+    if level == "logical" {
+        assert!(result.is_ok(), "{result:?}");
+    } else {
+        let text = result
+            .expect_err("a server without logical decoding")
+            .to_string();
+        assert!(text.contains(&format!("wal_level is {level}")), "{text}");
+        assert!(
+            text.contains("ALTER SYSTEM SET wal_level = logical;"),
+            "{text}"
+        );
+    }
+}
