@@ -30,6 +30,9 @@ as_pg() {
 
 case ${1:-} in
 start)
+    # Test binaries start the server concurrently: one initdb and one start at a time.
+    exec 9>"$DIR.lock"
+    flock 9
     if [[ ! -f $DATA/PG_VERSION ]]; then
         mkdir -p "$DIR"
         [[ $(id -u) == 0 ]] && chown postgres:postgres "$DIR"
@@ -75,7 +78,7 @@ url)
     ;;
 destroy)
     as_pg "$BIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null 2>&1 || true
-    rm -rf "$DIR"
+    rm -rf "$DIR" "$DIR.lock"
     echo destroyed
     ;;
 *)

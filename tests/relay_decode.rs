@@ -21,8 +21,16 @@ const PRODUCERS: usize = 4;
 const TRANSACTIONS_EACH: usize = 40;
 const AGGREGATES: usize = 5;
 
+/// The server's URL, found (and the server started) once per process.
+static SERVER_URL: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+
 async fn logical_server() -> PgConnectOptions {
-    let url = match std::env::var("RELAY_DATABASE_URL") {
+    let url = SERVER_URL.get_or_init(|| async { server_url() }).await;
+    PgConnectOptions::from_str(url).expect("a PostgreSQL URL")
+}
+
+fn server_url() -> String {
+    match std::env::var("RELAY_DATABASE_URL") {
         Ok(url) => url,
         Err(_) => {
             let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/logical_pg.sh");
@@ -43,8 +51,7 @@ async fn logical_server() -> PgConnectOptions {
                 .expect("the script prints the server's URL")
                 .to_owned()
         }
-    };
-    PgConnectOptions::from_str(&url).expect("a PostgreSQL URL")
+    }
 }
 
 /// Drops the slot, then the database, whatever the test did (a logical slot keeps its database
