@@ -5,6 +5,7 @@
 //!   scripts/logical_pg.sh start
 //!   cargo run -p outbox-bench --bin relay_spike -- [--url postgres://postgres@127.0.0.1:5499/postgres]
 //!       [--events 50000] [--rounds 3] [--enqueue-secs 5] [--batch 3000] [--latency-events 300]
+//!       [--only enqueue,read,latency]
 //!
 //! Drops and recreates the database `relay_spike` on that server. Every variant runs once per
 //! round, in an order rotated each round; the table prints each variant's median with its
@@ -23,7 +24,8 @@
 //!   `pg_replication_slot_advance` past the batch: at least once) and `stream` (the replication
 //!   protocol through the pgwire-replication crate, confirming each commit's end). The sink does
 //!   nothing with the decoded rows. Server CPU is the postmaster's and its children's CPU time
-//!   (Linux /proc, same machine).
+//!   (Linux /proc, same machine, the data directory of `scripts/logical_pg.sh`), per event and
+//!   per enqueue transaction.
 //! - latency: events committed one at a time, every 10 ms, while a reader waits; commit to seen
 //!   from the commit timestamp in the transaction's Begin (server clock, same machine).
 
