@@ -78,6 +78,8 @@
 //! - [`waker`]: wake-ups sent after commit, for services that enqueue at high rates.
 //! - [`inbox`]: apply each event once on the consumer's side.
 //! - [`generate`]: migrations and the contract lock, generated from the event definitions.
+//! - [`relay`]: delivery from the write-ahead log through a logical slot (first slice: the
+//!   `pgoutput` decoder; docs/relay.md).
 //! - `trace_context` (feature `opentelemetry`): W3C trace context from the enqueuing span,
 //!   through the worker's delivery span and the publishers, to the consumer.
 //! - [`migrate()`]: the embedded base schema.
@@ -106,6 +108,7 @@ pub mod migrate;
 pub mod payload_limits;
 pub mod producer;
 pub mod publish;
+pub mod relay;
 pub mod sink;
 pub mod store;
 #[cfg(feature = "opentelemetry")]

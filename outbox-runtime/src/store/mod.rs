@@ -14,6 +14,7 @@ mod contract_check;
 pub mod enqueue;
 pub mod integrity;
 pub mod listing;
+pub mod relay_server;
 pub mod sql;
 
 use std::collections::{HashMap, HashSet};

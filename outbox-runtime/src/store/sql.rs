@@ -137,6 +137,13 @@ pub mod dashboard {
     ];
 }
 
+/// The WAL relay's reads of the server (`store::relay_server`), one file each under
+/// `sql/relay/`; no table placeholder.
+pub mod relay {
+    /// The settings and the role attribute a relay needs, read at its start.
+    pub const SERVER_SETTINGS: &str = include_str!("sql/relay/server_settings.sql");
+}
+
 /// `outbox doctor`'s reads and repairs (`store::integrity`), one file each under
 /// `sql/integrity/`, with the same table placeholder.
 pub mod integrity {
