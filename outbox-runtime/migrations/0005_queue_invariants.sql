@@ -18,7 +18,11 @@
 --    NOTHING, so it needs no read privilege on the queue table (the enqueuer role may only
 --    insert there, generate/sql/grants_enqueuer.sql). One trigger call per statement, not per
 --    row: a COPY of a million events is one call. Measured on the enqueue statement (a
---    server-side loop of 5,000): about +8 us per statement; the enqueue's WAL is unchanged.
+--    server-side loop of 5,000 in one transaction): about +8 us per statement, and no WAL. Per
+--    business transaction it costs more (the trigger machinery is set up per transaction):
+--    outbox-bench's enqueue kept 0.41-0.50 of the business rate with both rules against
+--    0.78-0.88 without them, in two interleaved rounds on a loaded machine (docs/benchmarks.md);
+--    a row-level trigger measured no cheaper.
 --    The function is SECURITY INVOKER (the writer's own rights: a writer that may not insert
 --    into the queue table may not insert events either) and resolves the queue table through
 --    the search_path of the session that created it (SET search_path FROM CURRENT), so a
