@@ -22,17 +22,7 @@
 //! and no pure-Rust client here does: a retry after a lost acknowledgement writes the record a
 //! second time, at a new offset, with the same `Outbox-Event-Id` header and the same envelope.
 //! Consumers must deduplicate, for example with [`crate::inbox`] (see the `kafka_consumer`
-//! example).
-//!
-//! # Reconnecting
-//!
-//! The client reconnects by itself after a broken connection, within one delivery retrying
-//! with its own backoff until the ack timeout. Across deliveries the publisher spaces the
-//! attempts: once a produce could not reach the broker (a broken or refused connection, no
-//! answer in time), one delivery at a time tries again, after [`KafkaConfig::reconnect`]'s
-//! backoff (capped, with jitter; see [`super::reconnect`]); deliveries that arrive meanwhile
-//! fail at once as retries, with the last failure as their reason, and come back after the
-//! worker's own backoff. An answer of the broker, even an error, ends the backoff.
+//! example). The client reconnects by itself after a broken connection.
 //!
 //! # Ordering and batches
 //!
@@ -55,7 +45,6 @@ use rskafka::client::partition::{Compression, OffsetAt, PartitionClient, Unknown
 use rskafka::client::{Client, ClientBuilder};
 use rskafka::record::Record;
 
-use super::reconnect::{Reconnect, ReconnectBackoff};
 use super::{Envelope, metadata_headers, unless_lease_lost};
 use crate::delivery::{Delivery, HandlerError};
 use crate::error::{Error, Result};
@@ -82,9 +71,6 @@ pub struct KafkaConfig {
     /// `Some(n)`: batch mode, up to `n` events per [`Sink::deliver_batch`] call, one produce
     /// request per partition. `None` (the default): one event per call.
     pub batch: Option<usize>,
-    /// How attempts to reach a broker that went away are spaced across deliveries (default:
-    /// 100 ms after the first failed attempt, doubling up to 5 s, with jitter).
-    pub reconnect: ReconnectBackoff,
 }
 
 impl Default for KafkaConfig {
@@ -94,7 +80,6 @@ impl Default for KafkaConfig {
             ack_timeout: Duration::from_secs(5),
             create_topic: None,
             batch: None,
-            reconnect: ReconnectBackoff::default(),
         }
     }
 }
@@ -121,8 +106,6 @@ struct Shared {
     config: KafkaConfig,
     /// One client per partition of the topic, each already connected to its leader.
     partitions: Vec<Arc<PartitionClient>>,
-    /// When the next produce may try to reach the brokers, shared by every delivery.
-    reconnect: Reconnect,
     counts: Counts,
 }
 
@@ -263,7 +246,6 @@ impl KafkaPublisher {
             shared: Arc::new(Shared {
                 client,
                 brokers: brokers.to_owned(),
-                reconnect: Reconnect::new(config.reconnect),
                 config,
                 partitions: clients,
                 counts: Counts::default(),
@@ -338,27 +320,15 @@ impl KafkaPublisher {
         ))
     }
 
-    /// Produce `records` to one partition as one request; one outcome for all of them. While
-    /// the reconnect backoff runs, fails at once without sending.
+    /// Produce `records` to one partition as one request; one outcome for all of them.
     async fn produce(&self, partition: i32, records: Vec<Record>) -> Result<(), HandlerError> {
         let n = records.len() as u64;
         let topic = &self.shared.config.topic;
         let timeout = self.shared.config.ack_timeout;
-        let attempt = match self.shared.reconnect.begin() {
-            Ok(attempt) => attempt,
-            Err(waiting) => {
-                self.shared
-                    .counts
-                    .failed_requests
-                    .fetch_add(1, Ordering::Relaxed);
-                return Err(HandlerError::retry(waiting.describe()));
-            }
-        };
         let client = &self.shared.partitions[usize::try_from(partition).unwrap_or(0)];
         let produce = client.produce(records, Compression::NoCompression);
         let outcome = match tokio::time::timeout(timeout, produce).await {
             Ok(Ok(offsets)) => {
-                attempt.succeeded();
                 self.shared
                     .counts
                     .acknowledged
@@ -366,24 +336,11 @@ impl KafkaPublisher {
                 tracing::trace!(topic = %topic, partition, ?offsets, "records acknowledged");
                 return Ok(());
             }
-            Ok(Err(e)) => {
-                let outcome = produce_error(topic, partition, &e);
-                // A broker's error answer is an answer: it is reachable.
-                if matches!(e, KafkaError::ServerError { .. }) {
-                    attempt.succeeded();
-                } else {
-                    attempt.failed(&outcome.message);
-                }
-                outcome
-            }
-            Err(_) => {
-                let outcome = HandlerError::retry(format!(
-                    "no acknowledgement from Kafka for topic `{topic}` partition {partition} within {timeout:?}; \
-                     the broker may have written the record, and the retry carries the same Outbox-Event-Id"
-                ));
-                attempt.failed(&outcome.message);
-                outcome
-            }
+            Ok(Err(e)) => produce_error(topic, partition, &e),
+            Err(_) => HandlerError::retry(format!(
+                "no acknowledgement from Kafka for topic `{topic}` partition {partition} within {timeout:?}; \
+                 the broker may have written the record, and the retry carries the same Outbox-Event-Id"
+            )),
         };
         self.shared
             .counts
@@ -543,7 +500,6 @@ fn validate(config: &KafkaConfig) -> Result<()> {
             "KafkaConfig::batch must be at least 1 (or None for one event per call)".into(),
         ));
     }
-    config.reconnect.validate("KafkaConfig::reconnect")?;
     if let Some((partitions, replication)) = config.create_topic {
         if partitions < 1 || replication < 1 {
             return Err(Error::Config(format!(
