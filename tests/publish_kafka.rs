@@ -35,7 +35,6 @@ fn config(partitions: i32) -> KafkaConfig {
         ack_timeout: Duration::from_secs(3),
         create_topic: Some((partitions, 1)),
         batch: None,
-        ..KafkaConfig::default()
     }
 }
 
