@@ -31,12 +31,14 @@ as_pg() {
 case ${1:-} in
 start)
     # Test binaries start the server concurrently: one initdb and one start at a time.
+    # The server must not inherit the lock's descriptor (it would hold the lock for as long as
+    # it runs, and the next start would wait forever): every command below closes fd 9.
     exec 9>"$DIR.lock"
-    flock 9
+    flock -w 120 9 || { echo "another start of the server on port $PORT holds $DIR.lock for over 120 s" >&2; exit 1; }
     if [[ ! -f $DATA/PG_VERSION ]]; then
         mkdir -p "$DIR"
         [[ $(id -u) == 0 ]] && chown postgres:postgres "$DIR"
-        as_pg "$BIN/initdb" -A trust -U postgres -D "$DATA" >/dev/null
+        as_pg "$BIN/initdb" -A trust -U postgres -D "$DATA" >/dev/null 9>&-
         # Appended to postgresql.conf (the last setting wins): the relay's requirements, and a
         # bound on the WAL a slot can hold while its relay is down (docs/relay.md).
         cat <<CONF | as_pg tee -a "$DATA/postgresql.conf" >/dev/null
@@ -58,7 +60,7 @@ CONF
         echo "already running: $URL"
         exit 0
     fi
-    as_pg "$BIN/pg_ctl" -D "$DATA" -l "$DIR/server.log" -w -t 30 start >/dev/null
+    as_pg "$BIN/pg_ctl" -D "$DATA" -l "$DIR/server.log" -w -t 30 start >/dev/null 9>&-
     echo "$URL"
     ;;
 stop)
