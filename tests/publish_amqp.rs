@@ -556,35 +556,7 @@ async fn an_outage_costs_few_connection_attempts_and_loses_nothing() {
     )
     .await;
 
-    proxy.refuse();
-    let outage_began = tokio::time::Instant::now();
-    let connections_before = proxy.connections();
-    let mut during = Vec::new();
-    for _ in 0..40 {
-        during.push(enqueue(db.pool(), "during", 1000).await.0);
-    }
-    wait_until(
-        "every event enqueued during the outage tried and retried",
-        OUTAGE,
-        || async {
-            for id in &during {
-                if row(db.pool(), *id).await.handler_failures < 2 {
-                    return false;
-                }
-            }
-            true
-        },
-    )
-    .await;
-    // The outage lasts its full length whatever the deliveries do: the count is per 20 s.
-    tokio::time::sleep_until(outage_began + OUTAGE).await;
-    let attempts = proxy.connections() - connections_before;
-    let mut rows = Vec::new();
-    for id in &during {
-        rows.push(row(db.pool(), *id).await);
-    }
-    proxy.accept();
-    eprintln!("connection attempts during the {OUTAGE:?} outage: {attempts}");
+    let (attempts, during, rows) = brokers_support::outage_of(db.pool(), &proxy, OUTAGE, 2).await;
 
     assert!(
         attempts < 50,

@@ -159,6 +159,49 @@ impl Framing for AmqpPublishes {
     }
 }
 
+/// A broker outage of `outage` through `proxy`, which accepts and closes every connection
+/// meanwhile (so each attempt is counted): 40 events are enqueued as it begins and each is
+/// waited on until its handler failed `min_failures` times; the outage then lasts its full
+/// length whatever the deliveries do. Returns the connection attempts counted during it, the
+/// events, and their queue rows at its end; the proxy accepts again on return.
+pub async fn outage_of(
+    pool: &sqlx::PgPool,
+    proxy: &Proxy,
+    outage: Duration,
+    min_failures: i32,
+) -> (usize, Vec<uuid::Uuid>, Vec<crate::adapters_support::Row>) {
+    use crate::adapters_support::{enqueue, row, wait_until};
+    proxy.refuse();
+    let outage_began = tokio::time::Instant::now();
+    let connections_before = proxy.connections();
+    let mut during = Vec::new();
+    for _ in 0..40 {
+        during.push(enqueue(pool, "during", 1000).await.0);
+    }
+    wait_until(
+        "every event enqueued during the outage tried and retried",
+        outage,
+        || async {
+            for id in &during {
+                if row(pool, *id).await.handler_failures < min_failures {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    tokio::time::sleep_until(outage_began + outage).await;
+    let attempts = proxy.connections() - connections_before;
+    let mut rows = Vec::new();
+    for id in &during {
+        rows.push(row(pool, *id).await);
+    }
+    proxy.accept();
+    eprintln!("connection attempts during the {outage:?} outage: {attempts}");
+    (attempts, during, rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
