@@ -98,6 +98,14 @@ pub struct IntegrityReport {
 }
 
 impl IntegrityReport {
+    /// The report as JSON, with `healthy` ([`IntegrityReport::is_healthy`]): what
+    /// `outbox doctor --json` prints per table and the dashboard's `api/integrity` answers.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut value = serde_json::to_value(self).unwrap_or_default();
+        value["healthy"] = serde_json::Value::Bool(self.is_healthy());
+        value
+    }
+
     /// Whether the table holds every invariant: both rules on and no row breaking them.
     pub fn is_healthy(&self) -> bool {
         self.queue_row_trigger.is_on()

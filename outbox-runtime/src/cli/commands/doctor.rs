@@ -53,7 +53,7 @@ pub(super) async fn doctor(
     }
     if json {
         let value = serde_json::json!({
-            "tables": reports.iter().map(report_json).collect::<Vec<_>>(),
+            "tables": reports.iter().map(IntegrityReport::to_json).collect::<Vec<_>>(),
             "mended": mended,
         });
         let _ = writeln!(cx.out, "{value:#}");
@@ -73,12 +73,6 @@ pub(super) async fn doctor(
             "the database does not keep every invariant (above); `outbox doctor --help` says how to mend each",
         ))
     }
-}
-
-fn report_json(report: &IntegrityReport) -> serde_json::Value {
-    let mut value = serde_json::to_value(report).unwrap_or_default();
-    value["healthy"] = serde_json::Value::Bool(report.is_healthy());
-    value
 }
 
 fn rule_text(rule: &RuleState, name: &str, fix: &str) -> String {
